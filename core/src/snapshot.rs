@@ -1,0 +1,197 @@
+//! The plain, serialisable picture of a node that every check reads.
+//!
+//! Probes fill it; checks, the Xid engine, the epilog and the SPANK plugin
+//! only read it. Every field that a probe may fail to read is an `Option`
+//! (absent = "could not be read", never a made-up zero).
+
+use serde::{Deserialize, Serialize};
+
+/// Everything gpu-health learned about one node at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeSnapshot {
+    /// Unix time in milliseconds when the probe started.
+    pub taken_at_ms: u64,
+    /// How long the probe took, in microseconds.
+    pub probe_us: u64,
+    /// NVML could not be used at all (library missing, nvmlInit failed,
+    /// deadline passed). `gpus` is then empty.
+    pub nvml_error: Option<NvmlFailure>,
+    pub driver_version: Option<String>,
+    /// NVIDIA GPUs present on the PCI bus per sysfs (normalised bus ids),
+    /// whether or not the driver still talks to them.
+    pub pci_gpus: Vec<String>,
+    pub gpus: Vec<GpuSnapshot>,
+    /// GPU-to-GPU links; `links[i][j]` for NVML indices i, j.
+    pub topology: Option<Vec<Vec<GpuLink>>>,
+}
+
+/// Why NVML gave us nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum NvmlFailure {
+    /// The library could not be loaded.
+    LibraryMissing { detail: String },
+    /// nvmlInit (or device enumeration) returned an error.
+    InitFailed { detail: String },
+    /// The probe did not finish before the deadline and was abandoned.
+    Timeout { deadline_ms: u64 },
+    /// The probe child died or returned garbage.
+    ProbeCrashed { detail: String },
+}
+
+/// How two GPUs reach each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuLink {
+    /// Same device.
+    Itself,
+    /// NVLink, directly or through NVSwitch.
+    Nvlink,
+    /// Only PCIe (any distance) or unknown.
+    Pcie,
+}
+
+/// One GPU as NVML reported it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuSnapshot {
+    /// NVML index (the global index Slurm's SLURM_JOB_GPUS uses when
+    /// gres.conf lists devices in NVML order).
+    pub index: u32,
+    pub uuid: Option<String>,
+    pub name: Option<String>,
+    /// Normalised `DDDD:BB:DD.F`, lower case.
+    pub pci_bus_id: Option<String>,
+    /// The GPU answered NVML_ERROR_GPU_IS_LOST (fallen off the bus).
+    pub lost: bool,
+    /// Errors of individual queries, "query: error" (not findings by
+    /// themselves; shown in `gpu-health check --json`).
+    pub query_errors: Vec<String>,
+    pub memory_total_bytes: Option<u64>,
+    pub memory_used_bytes: Option<u64>,
+    pub temperature_c: Option<u32>,
+    pub power_usage_mw: Option<u32>,
+    pub power_limit_mw: Option<u32>,
+    pub default_power_limit_mw: Option<u32>,
+    /// Millijoules since the driver was loaded (Volta and newer).
+    pub energy_mj: Option<u64>,
+    pub ecc: Option<EccCounts>,
+    pub remapped_rows: Option<RemappedRows>,
+    pub retired_pages_pending: Option<bool>,
+    pub pcie: Option<PcieLink>,
+    /// One entry per NVLink the GPU has; empty on PCIe-only GPUs.
+    pub nvlinks: Vec<NvLinkState>,
+    /// NVML clock-event (throttle) reason bit mask.
+    pub throttle_reasons: Option<u64>,
+    pub persistence_mode: Option<bool>,
+    pub accounting_mode: Option<bool>,
+    pub accounted_processes: Vec<AccountedProcess>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EccCounts {
+    pub volatile_corrected: u64,
+    pub volatile_uncorrected: u64,
+    pub aggregate_corrected: u64,
+    pub aggregate_uncorrected: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemappedRows {
+    pub correctable: u32,
+    pub uncorrectable: u32,
+    pub pending: bool,
+    pub failure: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PcieLink {
+    pub current_gen: u32,
+    pub max_gen: u32,
+    pub current_width: u32,
+    pub max_width: u32,
+    pub replay_counter: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NvLinkState {
+    pub link: u32,
+    pub active: bool,
+    /// Sum of the link's error counters (replay, recovery, CRC), when read.
+    pub error_total: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountedProcess {
+    pub pid: u32,
+    pub max_memory_bytes: Option<u64>,
+    /// Unix time in microseconds.
+    pub start_time_us: u64,
+    /// Run time in ms; 0 while the process is still running.
+    pub time_ms: u64,
+    pub is_running: bool,
+}
+
+/// Throttle-reason bits that mean the hardware is protecting itself (from
+/// nvml.h `nvmlClocksEventReason*`).
+pub mod throttle {
+    pub const HW_SLOWDOWN: u64 = 0x8;
+    pub const SW_THERMAL_SLOWDOWN: u64 = 0x20;
+    pub const HW_THERMAL_SLOWDOWN: u64 = 0x40;
+    pub const HW_POWER_BRAKE_SLOWDOWN: u64 = 0x80;
+}
+
+/// Normalise a PCI address to `DDDD:BB:DD.F` in lower case.
+///
+/// Accepts NVML's 8-digit domain (`00000000:3B:00.0`), the kernel log's
+/// form without function (`0000:3b:00`), and plain `3b:00.0`.
+pub fn normalize_pci(addr: &str) -> Option<String> {
+    let addr = addr.trim();
+    let mut parts = addr.split(':').collect::<Vec<_>>();
+    if parts.len() == 2 {
+        parts.insert(0, "0");
+    }
+    if parts.len() != 3 {
+        return None;
+    }
+    let (dev, func) = match parts[2].split_once('.') {
+        Some((d, f)) => (d, f),
+        None => (parts[2], "0"),
+    };
+    let domain = u32::from_str_radix(parts[0], 16).ok()?;
+    let bus = u32::from_str_radix(parts[1], 16).ok()?;
+    let dev = u32::from_str_radix(dev, 16).ok()?;
+    let func = u32::from_str_radix(func, 16).ok()?;
+    if domain > 0xffff || bus > 0xff || dev > 0x1f || func > 0x7 {
+        return None;
+    }
+    Some(format!("{domain:04x}:{bus:02x}:{dev:02x}.{func:x}"))
+}
+
+impl NodeSnapshot {
+    /// The GPU whose normalised PCI address is `pci`.
+    pub fn gpu_by_pci(&self, pci: &str) -> Option<&GpuSnapshot> {
+        self.gpus
+            .iter()
+            .find(|g| g.pci_bus_id.as_deref() == Some(pci))
+    }
+
+    pub fn gpu_by_index(&self, index: u32) -> Option<&GpuSnapshot> {
+        self.gpus.iter().find(|g| g.index == index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes_nvml_and_kernel_forms() {
+        assert_eq!(normalize_pci("00000000:3B:00.0").as_deref(), Some("0000:3b:00.0"));
+        assert_eq!(normalize_pci("0000:3b:00").as_deref(), Some("0000:3b:00.0"));
+        assert_eq!(normalize_pci("0008:01:00").as_deref(), Some("0008:01:00.0"));
+        assert_eq!(normalize_pci("c1:00.1").as_deref(), Some("0000:c1:00.1"));
+        assert_eq!(normalize_pci("zz:00.0"), None);
+        assert_eq!(normalize_pci("0000:3b:00.9"), None);
+        assert_eq!(normalize_pci(""), None);
+    }
+}

@@ -1,0 +1,1 @@
+//! NVML stand-in.

@@ -21,7 +21,10 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/slurm/gpu-health.toml";
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// toml's message names the line, column and key.
     #[error("{path}: {message}")]
     Parse { path: PathBuf, message: String },
@@ -108,13 +111,20 @@ impl Default for Config {
 
 impl Config {
     pub fn records_dir(&self) -> PathBuf {
-        self.records_dir.clone().unwrap_or_else(|| self.state_dir.join("records"))
+        self.records_dir
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("records"))
     }
 
     /// Refuse values that cannot be meant (they would make gpu-health hang
     /// a job start or drain everything).
     fn validate(&self, path: &Path) -> Result<(), ConfigError> {
-        let bad = |message: String| Err(ConfigError::Invalid { path: path.to_path_buf(), message });
+        let bad = |message: String| {
+            Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                message,
+            })
+        };
         if self.nvml_deadline_ms == 0 || self.nvml_deadline_ms > 120_000 {
             return bad(format!(
                 "nvml_deadline_ms = {} is outside 1..=120000 (Slurm kills prologs after PrologEpilogTimeout)",
@@ -122,10 +132,16 @@ impl Config {
             ));
         }
         if self.scontrol_timeout_ms == 0 || self.scontrol_timeout_ms > 120_000 {
-            return bad(format!("scontrol_timeout_ms = {} is outside 1..=120000", self.scontrol_timeout_ms));
+            return bad(format!(
+                "scontrol_timeout_ms = {} is outside 1..=120000",
+                self.scontrol_timeout_ms
+            ));
         }
         if self.expected_gpus.is_some_and(|n| n > 64) {
-            return bad(format!("expected_gpus = {:?} is more than any node holds", self.expected_gpus));
+            return bad(format!(
+                "expected_gpus = {:?} is more than any node holds",
+                self.expected_gpus
+            ));
         }
         let t = &self.thresholds;
         if !(t.sbe_warn_per_hour.is_finite() && t.sbe_warn_per_hour >= 0.0)
@@ -133,13 +149,20 @@ impl Config {
         {
             return bad("thresholds: need 0 <= sbe_warn_per_hour <= sbe_fatal_per_hour".into());
         }
-        if !(t.min_power_limit_ratio.is_finite() && (0.0..=1.0).contains(&t.min_power_limit_ratio)) {
+        if !(t.min_power_limit_ratio.is_finite() && (0.0..=1.0).contains(&t.min_power_limit_ratio))
+        {
             return bad("thresholds.min_power_limit_ratio must be within 0..=1".into());
         }
         if t.max_temperature_c < 30 || t.max_temperature_c > 150 {
-            return bad(format!("thresholds.max_temperature_c = {} is outside 30..=150", t.max_temperature_c));
+            return bad(format!(
+                "thresholds.max_temperature_c = {} is outside 30..=150",
+                t.max_temperature_c
+            ));
         }
-        self.xid.validate().map_err(|message| ConfigError::Invalid { path: path.to_path_buf(), message })
+        self.xid.validate().map_err(|message| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })
     }
 }
 
@@ -160,12 +183,18 @@ pub fn config_path() -> PathBuf {
 pub fn node_dropin_path(path: &Path, node: &str) -> Option<PathBuf> {
     let plain = !node.is_empty()
         && node.len() <= 64
-        && node.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        && node
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
         && !node.starts_with('.');
     if !plain {
         return None;
     }
-    Some(path.parent()?.join("gpu-health.d").join(format!("{node}.toml")))
+    Some(
+        path.parent()?
+            .join("gpu-health.d")
+            .join(format!("{node}.toml")),
+    )
 }
 
 /// Parse configuration text (plus an optional drop-in) into a `Config`.
@@ -174,19 +203,25 @@ pub fn parse(
     text: &str,
     dropin: Option<(&Path, &str)>,
 ) -> Result<Config, ConfigError> {
-    let parse_table = |p: &Path, t: &str| {
-        t.parse::<toml::Table>()
-            .map_err(|e| ConfigError::Parse { path: p.to_path_buf(), message: one_line(&e.to_string()) })
+    // Each file alone first: toml then reports line, column and key.
+    let check = |p: &Path, t: &str| -> Result<toml::Table, ConfigError> {
+        let err = |e: toml::de::Error| ConfigError::Parse {
+            path: p.to_path_buf(),
+            message: one_line(&e.to_string()),
+        };
+        toml::from_str::<Config>(t).map_err(err)?;
+        t.parse::<toml::Table>().map_err(err)
     };
-    let mut table = parse_table(path, text)?;
+    let mut table = check(path, text)?;
     let mut shown = path.to_path_buf();
     if let Some((dpath, dtext)) = dropin {
-        let over = parse_table(dpath, dtext)?;
-        merge(&mut table, over);
+        merge(&mut table, check(dpath, dtext)?);
         shown = dpath.to_path_buf();
     }
-    let config: Config = Config::deserialize(table)
-        .map_err(|e| ConfigError::Parse { path: shown.clone(), message: one_line(&e.to_string()) })?;
+    let config: Config = Config::deserialize(table).map_err(|e| ConfigError::Parse {
+        path: shown.clone(),
+        message: one_line(&e.to_string()),
+    })?;
     config.validate(&shown)?;
     Ok(config)
 }
@@ -204,7 +239,11 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
 }
 
 fn one_line(s: &str) -> String {
-    s.split('\n').map(str::trim_end).filter(|l| !l.trim().is_empty()).collect::<Vec<_>>().join(" | ")
+    s.split('\n')
+        .map(str::trim_end)
+        .filter(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 /// Read the configuration from `path` and the node's drop-in.
@@ -215,14 +254,24 @@ pub fn load(path: &Path, node: Option<&str>) -> Result<Config, ConfigError> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(source) => return Err(ConfigError::Read { path: path.to_path_buf(), source }),
+        Err(source) => {
+            return Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
     };
     let dropin_path = node.and_then(|n| node_dropin_path(path, n));
     let dropin_text = match &dropin_path {
         Some(p) => match std::fs::read_to_string(p) {
             Ok(t) => Some(t),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(source) => return Err(ConfigError::Read { path: p.clone(), source }),
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: p.clone(),
+                    source,
+                })
+            }
         },
         None => None,
     };
@@ -246,10 +295,18 @@ pub struct Loaded {
 pub fn load_or_default(node: Option<&str>) -> Loaded {
     let path = config_path();
     match load(&path, node) {
-        Ok(config) => Loaded { config, path, error: None },
+        Ok(config) => Loaded {
+            config,
+            path,
+            error: None,
+        },
         Err(e) => {
             log::error!("gpu-health: configuration error, using defaults and never draining: {e}");
-            Loaded { config: Config::default(), path, error: Some(e) }
+            Loaded {
+                config: Config::default(),
+                path,
+                error: Some(e),
+            }
         }
     }
 }
@@ -269,10 +326,18 @@ mod tests {
 
     #[test]
     fn keys_override_defaults() {
-        let c = parse(&p(), "nvml_deadline_ms = 500\n[thresholds]\nmax_temperature_c = 80\n", None).unwrap();
+        let c = parse(
+            &p(),
+            "nvml_deadline_ms = 500\n[thresholds]\nmax_temperature_c = 80\n",
+            None,
+        )
+        .unwrap();
         assert_eq!(c.nvml_deadline_ms, 500);
         assert_eq!(c.thresholds.max_temperature_c, 80);
-        assert_eq!(c.thresholds.sbe_warn_per_hour, Thresholds::default().sbe_warn_per_hour);
+        assert_eq!(
+            c.thresholds.sbe_warn_per_hour,
+            Thresholds::default().sbe_warn_per_hour
+        );
     }
 
     #[test]
@@ -284,20 +349,32 @@ mod tests {
 
     #[test]
     fn wrong_type_names_key() {
-        let s = parse(&p(), "nvml_deadline_ms = \"soon\"\n", None).unwrap_err().to_string();
-        assert!(s.contains("nvml_deadline_ms") && s.contains("line 1"), "{s}");
+        let s = parse(&p(), "nvml_deadline_ms = \"soon\"\n", None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            s.contains("nvml_deadline_ms") && s.contains("line 1"),
+            "{s}"
+        );
     }
 
     #[test]
     fn unknown_key_is_an_error() {
-        let s = parse(&p(), "nvml_deadine_ms = 5\n", None).unwrap_err().to_string();
+        let s = parse(&p(), "nvml_deadine_ms = 5\n", None)
+            .unwrap_err()
+            .to_string();
         assert!(s.contains("nvml_deadine_ms"), "{s}");
     }
 
     #[test]
     fn absurd_thresholds_are_refused() {
         assert!(parse(&p(), "nvml_deadline_ms = 0\n", None).is_err());
-        assert!(parse(&p(), "[thresholds]\nsbe_warn_per_hour = 10.0\nsbe_fatal_per_hour = 1.0\n", None).is_err());
+        assert!(parse(
+            &p(),
+            "[thresholds]\nsbe_warn_per_hour = 10.0\nsbe_fatal_per_hour = 1.0\n",
+            None
+        )
+        .is_err());
         assert!(parse(&p(), "[thresholds]\nmin_power_limit_ratio = nan\n", None).is_err());
         assert!(parse(&p(), "expected_gpus = 100000\n", None).is_err());
     }
@@ -308,7 +385,10 @@ mod tests {
         let c = parse(
             &p(),
             "state_dir = \"/a\"\n[thresholds]\nmax_temperature_c = 80\n",
-            Some((&d, "state_dir = \"/b\"\n[thresholds]\nsbe_warn_per_hour = 1.0\n")),
+            Some((
+                &d,
+                "state_dir = \"/b\"\n[thresholds]\nsbe_warn_per_hour = 1.0\n",
+            )),
         )
         .unwrap();
         assert_eq!(c.state_dir, PathBuf::from("/b"));

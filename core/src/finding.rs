@@ -58,7 +58,14 @@ pub struct Finding {
 
 impl Finding {
     pub fn node(check: &str, action: Action, summary: String, message: String) -> Self {
-        Finding { check: check.to_string(), action, gpu: None, pci: None, summary, message }
+        Finding {
+            check: check.to_string(),
+            action,
+            gpu: None,
+            pci: None,
+            summary,
+            message,
+        }
     }
 
     pub fn gpu(
@@ -121,7 +128,13 @@ pub fn drain_reason(findings: &[Finding]) -> Option<String> {
 /// meaning of the command line.
 fn sanitize_reason(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_control() || c == '"' || c == '\'' { ' ' } else { c })
+        .map(|c| {
+            if c.is_control() || c == '"' || c == '\'' {
+                ' '
+            } else {
+                c
+            }
+        })
         .collect()
 }
 
@@ -157,7 +170,10 @@ mod tests {
             f(Action::Drain, "ECC DBE GPU3 0000:3b:00.0"),
         ])
         .unwrap();
-        assert_eq!(r, "gpu-health: Xid 31 GPU1 0000:18:00.0; ECC DBE GPU3 0000:3b:00.0 (drain)");
+        assert_eq!(
+            r,
+            "gpu-health: Xid 31 GPU1 0000:18:00.0; ECC DBE GPU3 0000:3b:00.0 (drain)"
+        );
         assert!(is_own_reason(&r));
         assert!(!reason_clears_itself(&r));
     }
@@ -175,6 +191,8 @@ mod tests {
     fn foreign_reasons_are_not_ours() {
         assert!(!is_own_reason("NHC: check_hw_eth"));
         assert!(!is_own_reason("Prolog error"));
-        assert!(!reason_clears_itself("admin: gpu-health: (drain-until-clean)"));
+        assert!(!reason_clears_itself(
+            "admin: gpu-health: (drain-until-clean)"
+        ));
     }
 }

@@ -186,7 +186,10 @@ mod tests {
 
     #[test]
     fn normalizes_nvml_and_kernel_forms() {
-        assert_eq!(normalize_pci("00000000:3B:00.0").as_deref(), Some("0000:3b:00.0"));
+        assert_eq!(
+            normalize_pci("00000000:3B:00.0").as_deref(),
+            Some("0000:3b:00.0")
+        );
         assert_eq!(normalize_pci("0000:3b:00").as_deref(), Some("0000:3b:00.0"));
         assert_eq!(normalize_pci("0008:01:00").as_deref(), Some("0008:01:00.0"));
         assert_eq!(normalize_pci("c1:00.1").as_deref(), Some("0000:c1:00.1"));

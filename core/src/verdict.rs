@@ -60,8 +60,14 @@ pub fn parse_gpu_list(s: &str) -> Result<Vec<u32>, String> {
             Some((a, b)) => (a, b),
             None => (part, part),
         };
-        let lo: u32 = lo.trim().parse().map_err(|_| format!("bad GPU index {part:?}"))?;
-        let hi: u32 = hi.trim().parse().map_err(|_| format!("bad GPU index {part:?}"))?;
+        let lo: u32 = lo
+            .trim()
+            .parse()
+            .map_err(|_| format!("bad GPU index {part:?}"))?;
+        let hi: u32 = hi
+            .trim()
+            .parse()
+            .map_err(|_| format!("bad GPU index {part:?}"))?;
         if lo > hi || hi - lo > 1024 {
             return Err(format!("bad GPU range {part:?}"));
         }

@@ -4,8 +4,15 @@
 //! pure checks against the [`config`] policy -> [`finding`]s and a
 //! [`verdict`] -> actions at the edges ([`slurm`], [`state`]).
 
+pub mod checks;
 pub mod config;
+pub mod fabric;
 pub mod finding;
+pub mod logging;
+pub mod probe;
+pub mod slurm;
 pub mod snapshot;
+pub mod state;
+pub mod topology;
 pub mod verdict;
 pub mod xid;

@@ -1,0 +1,151 @@
+//! A small `log` backend for the prolog, epilog and admin command: stderr
+//! plus, when configured, an append-only log file (never through a symlink).
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::Mutex;
+
+use log::{Level, LevelFilter, Log, Metadata, Record};
+
+struct Logger {
+    program: &'static str,
+    node: Mutex<String>,
+    file: Mutex<Option<File>>,
+    stderr_level: Level,
+}
+
+static LOGGER: std::sync::OnceLock<Logger> = std::sync::OnceLock::new();
+
+/// Install the logger. `stderr_level` limits what reaches stderr (the
+/// admin command keeps its terminal quiet); the file gets Info and above.
+pub fn init(program: &'static str, stderr_level: Level) {
+    let logger = LOGGER.get_or_init(|| Logger {
+        program,
+        node: Mutex::new(String::new()),
+        file: Mutex::new(None),
+        stderr_level,
+    });
+    if log::set_logger(logger).is_ok() {
+        log::set_max_level(LevelFilter::Info);
+    }
+}
+
+/// Name the node in every line and, if given, also append to `path`
+/// (`%n` in the path is replaced by the node name).
+pub fn set_target(node: &str, path: Option<&Path>) {
+    let Some(logger) = LOGGER.get() else { return };
+    if let Ok(mut n) = logger.node.lock() {
+        *n = node.to_string();
+    }
+    let Some(path) = path else { return };
+    let path = expand_node(path, node);
+    if let Some(dir) = Path::new(&path).parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    match OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o640)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+    {
+        Ok(f) => {
+            if let Ok(mut slot) = logger.file.lock() {
+                *slot = Some(f);
+            }
+        }
+        Err(e) => log::warn!("cannot open log file {path}: {e}"),
+    }
+}
+
+/// Replace `%n` with the node name (Slurm's own convention).
+pub fn expand_node(path: &Path, node: &str) -> String {
+    path.to_string_lossy().replace("%n", node)
+}
+
+impl Log for Logger {
+    fn enabled(&self, m: &Metadata<'_>) -> bool {
+        m.level() <= Level::Info
+    }
+
+    fn log(&self, r: &Record<'_>) {
+        if !self.enabled(r.metadata()) {
+            return;
+        }
+        let node = self.node.lock().map(|n| n.clone()).unwrap_or_default();
+        let line = format!(
+            "{} {} {}[{}]: {}: {}\n",
+            utc_now(),
+            if node.is_empty() { "-" } else { &node },
+            self.program,
+            std::process::id(),
+            r.level(),
+            r.args()
+        );
+        if r.level() <= self.stderr_level {
+            let _ = std::io::stderr().write_all(line.as_bytes());
+        }
+        if let Ok(mut f) = self.file.lock() {
+            if let Some(f) = f.as_mut() {
+                let _ = f.write_all(line.as_bytes());
+            }
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` without a date crate.
+pub fn utc_now() -> String {
+    let ms = crate::probe::unix_ms();
+    format_utc_ms(ms)
+}
+
+pub fn format_utc_ms(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_utc() {
+        assert_eq!(format_utc_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_utc_ms(1_795_962_001_123), "2026-11-29T14:20:01.123Z");
+        assert_eq!(format_utc_ms(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn expands_node() {
+        assert_eq!(
+            expand_node(Path::new("/var/log/gh-%n.log"), "n1"),
+            "/var/log/gh-n1.log"
+        );
+    }
+}

@@ -1,0 +1,190 @@
+//! Probing the node: NVML (in a child process with a deadline) and sysfs.
+
+pub mod nvml;
+pub mod sysfs;
+
+use std::io::Read;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub use nvml::{probe_in_process, ProbeOptions};
+
+use crate::snapshot::{NodeSnapshot, NvmlFailure};
+
+/// Largest snapshot we accept from the child (8 GPUs take ~20 KiB).
+const MAX_SNAPSHOT_BYTES: u64 = 16 << 20;
+
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Probe NVML in a forked child and give up on it after `deadline`.
+///
+/// A GPU that fell off the bus or a stuck GSP can hold an NVML call in
+/// uninterruptible sleep; a thread in that state keeps its process from
+/// exiting, so the call must not run in the prolog itself. The child gets
+/// /dev/null as stdio (never slurmd's pipes) and sends its snapshot as JSON
+/// through a pipe. On timeout it is sent SIGKILL and abandoned.
+///
+/// Must be called from a single-threaded process (the prolog, epilog and
+/// admin command are).
+pub fn probe_with_deadline(
+    library: Option<&Path>,
+    opts: ProbeOptions,
+    deadline: Duration,
+) -> NodeSnapshot {
+    let started = Instant::now();
+    let taken_at_ms = unix_ms();
+    let mut snap = match fork_probe(library, opts, deadline) {
+        Ok(s) => s,
+        Err(failure) => NodeSnapshot {
+            nvml_error: Some(failure),
+            ..NodeSnapshot::default()
+        },
+    };
+    snap.taken_at_ms = taken_at_ms;
+    snap.probe_us = started.elapsed().as_micros() as u64;
+    snap
+}
+
+fn fork_probe(
+    library: Option<&Path>,
+    opts: ProbeOptions,
+    deadline: Duration,
+) -> Result<NodeSnapshot, NvmlFailure> {
+    let crashed = |detail: String| NvmlFailure::ProbeCrashed { detail };
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: fds is a valid array of two ints.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(crashed(format!(
+            "pipe: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: both fds were just created and are owned here.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: the callers are single-threaded; the child only probes,
+    // writes to its pipe and _exits.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(crashed(format!(
+            "fork: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    if pid == 0 {
+        drop(read_end);
+        child_main(library, opts, write_end);
+    }
+    drop(write_end);
+    let outcome = read_with_deadline(read_end, deadline);
+    match outcome {
+        ReadOutcome::Done(bytes) => {
+            reap(pid, Duration::from_millis(200));
+            serde_json::from_slice(&bytes)
+                .map_err(|e| crashed(format!("bad snapshot from probe: {e}")))
+        }
+        ReadOutcome::TimedOut => {
+            // SAFETY: pid is our child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            reap(pid, Duration::from_millis(20));
+            Err(NvmlFailure::Timeout {
+                deadline_ms: deadline.as_millis() as u64,
+            })
+        }
+        ReadOutcome::Failed(e) => {
+            // SAFETY: pid is our child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            reap(pid, Duration::from_millis(20));
+            Err(crashed(e))
+        }
+    }
+}
+
+fn child_main(library: Option<&Path>, opts: ProbeOptions, out: OwnedFd) -> ! {
+    // SAFETY: plain libc calls on fds owned by this process.
+    unsafe {
+        let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if devnull >= 0 {
+            libc::dup2(devnull, 0);
+            libc::dup2(devnull, 1);
+            libc::dup2(devnull, 2);
+        }
+    }
+    let snap = probe_in_process(library, opts);
+    let mut file = std::fs::File::from(out);
+    let ok = serde_json::to_writer(&mut file, &snap).is_ok();
+    drop(file);
+    // SAFETY: _exit skips atexit handlers and destructors that belong to
+    // the parent (the NVML library's own teardown may block).
+    unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+}
+
+enum ReadOutcome {
+    Done(Vec<u8>),
+    TimedOut,
+    Failed(String),
+}
+
+fn read_with_deadline(fd: OwnedFd, deadline: Duration) -> ReadOutcome {
+    use std::os::fd::AsRawFd;
+    let end = Instant::now() + deadline;
+    let mut file = std::fs::File::from(fd);
+    let mut buf = Vec::with_capacity(32 << 10);
+    let mut chunk = [0u8; 16 << 10];
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return ReadOutcome::TimedOut;
+        }
+        let mut pfd = libc::pollfd {
+            fd: file.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+        // SAFETY: pfd is a valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return ReadOutcome::Failed(format!("poll: {e}"));
+        }
+        if n == 0 {
+            return ReadOutcome::TimedOut;
+        }
+        match file.read(&mut chunk) {
+            Ok(0) => return ReadOutcome::Done(buf),
+            Ok(k) => {
+                buf.extend_from_slice(&chunk[..k]);
+                if buf.len() as u64 > MAX_SNAPSHOT_BYTES {
+                    return ReadOutcome::Failed("snapshot too large".into());
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return ReadOutcome::Failed(format!("read: {e}")),
+        }
+    }
+}
+
+/// Collect the child's exit status if it ends within `wait`; otherwise
+/// leave it (a process stuck in the driver cannot be waited for).
+fn reap(pid: libc::pid_t, wait: Duration) {
+    let end = Instant::now() + wait;
+    loop {
+        let mut status = 0;
+        // SAFETY: pid is our child; WNOHANG never blocks.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r != 0 || Instant::now() >= end {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}

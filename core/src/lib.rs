@@ -7,13 +7,11 @@
 pub mod checks;
 pub mod config;
 pub mod fabric;
-pub mod fabric;
 pub mod finding;
 pub mod logging;
 pub mod probe;
 pub mod slurm;
 pub mod snapshot;
-pub mod topology;
 pub mod state;
 pub mod topology;
 pub mod verdict;

@@ -291,22 +291,63 @@ pub struct Loaded {
     pub error: Option<ConfigError>,
 }
 
-/// Load from the environment's path; on error, log loudly and use defaults.
+/// Load from the environment's path. On error, log loudly and keep going
+/// with the best configuration that still parses: the main file without a
+/// broken drop-in, else the defaults.
 pub fn load_or_default(node: Option<&str>) -> Loaded {
     let path = config_path();
-    match load(&path, node) {
+    let mut loaded = match load(&path, node) {
         Ok(config) => Loaded {
             config,
             path,
             error: None,
         },
         Err(e) => {
-            log::error!("gpu-health: configuration error, using defaults and never draining: {e}");
+            let fallback = if node.is_some() {
+                load(&path, None).ok()
+            } else {
+                None
+            };
+            let what = if fallback.is_some() {
+                "the main file without the node drop-in"
+            } else {
+                "defaults"
+            };
+            log::error!(
+                "gpu-health: configuration error, using {what} and never draining in this run: {e}"
+            );
             Loaded {
-                config: Config::default(),
+                config: fallback.unwrap_or_default(),
                 path,
                 error: Some(e),
             }
+        }
+    };
+    if let Some(n) = node {
+        loaded.config.expand_node(n);
+    }
+    loaded
+}
+
+impl Config {
+    /// Replace `%n` by the node name in per-node paths, so that one file
+    /// can serve nodes that share a file system.
+    pub fn expand_node(&mut self, node: &str) {
+        let expand = |p: &mut PathBuf| {
+            if p.to_string_lossy().contains("%n") {
+                *p = PathBuf::from(p.to_string_lossy().replace("%n", node));
+            }
+        };
+        expand(&mut self.state_dir);
+        expand(&mut self.kernel_log);
+        if let Some(p) = self.records_dir.as_mut() {
+            expand(p);
+        }
+        if let Some(p) = self.log_file.as_mut() {
+            expand(p);
+        }
+        if let Some(p) = self.prometheus_textfile.as_mut() {
+            expand(p);
         }
     }
 }

@@ -1,0 +1,214 @@
+# shellcheck shell=bash
+# Shared helpers for the local test cluster (ci/slurm-up, ci/slurm-down,
+# ci/demo and the end-to-end tests in ci/e2e/). Source it; it defines
+# functions and variables only, it starts nothing.
+#
+# Layout of the cluster directory ($GH_DIR):
+#   etc/slurm.conf gres.conf plugstack.conf gpu-health.toml gpu-health.d/<node>.toml
+#   munge/            munged's key, socket, pid and log (own munged, the host's
+#                     munge is never touched)
+#   ctld/             slurmctld state
+#   spool/<node>/     slurmd spool
+#   run/              pid files
+#   log/              slurmctld.log slurmd-<node>.log gpu-health-<node>.log
+#   <node>/lib/       libnvidia-ml.so.1 (copy of nvml-sim) and scenario.json
+#   <node>/kernel.log the node's kernel log (gpu-health reads it like /dev/kmsg)
+#   <node>/state/     gpu-health state_dir of the node
+#   jobs/             job output
+#   harness.state     what slurm-up started and created (read by slurm-down)
+
+# Used by the scripts that source this file.
+# shellcheck disable=SC2034
+GH_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+GH_DIR=${GPU_HEALTH_SLURM_DIR:-/tmp/gpu-health-slurm}
+GH_BIN_DIR=${GPU_HEALTH_BIN_DIR:-$GH_REPO/target/release}
+GH_SCENARIO_DIR=${GPU_HEALTH_SCENARIO_DIR:-$GH_REPO/nvml-sim/scenarios}
+# nvml-sim library: the built cdylib, or an installed copy.
+# shellcheck disable=SC2034
+GH_NVML_SIM=${GPU_HEALTH_NVML_SIM:-$GH_BIN_DIR/libnvml_sim.so}
+
+gh_say() { printf '%s\n' "$*"; }
+gh_warn() { printf 'WARNING: %s\n' "$*" >&2; }
+gh_die() {
+    printf 'ERROR: %s\n' "$*" >&2
+    exit 1
+}
+
+# Re-point every derived path at another cluster directory (--dir).
+gh_set_dir() {
+    GH_DIR=$1
+    export GPU_HEALTH_SLURM_DIR=$GH_DIR
+}
+
+gh_state_file() { printf '%s/harness.state\n' "$GH_DIR"; }
+
+# Value of KEY in harness.state (lines KEY=VALUE; last one wins).
+gh_state_get() {
+    local key=$1 file
+    file=$(gh_state_file)
+    [[ -f $file ]] || return 1
+    awk -F= -v k="$key" '$1 == k { v = substr($0, length(k) + 2) } END { if (v == "") exit 1; print v }' "$file"
+}
+
+gh_state_put() { printf '%s=%s\n' "$1" "$2" >>"$(gh_state_file)"; }
+
+# Point the Slurm commands of this shell at the test cluster.
+gh_use_cluster() {
+    [[ -f $GH_DIR/etc/slurm.conf ]] || gh_die "no test cluster in $GH_DIR (run ci/slurm-up)"
+    export SLURM_CONF=$GH_DIR/etc/slurm.conf
+}
+
+# Node names n1..nN of the running cluster.
+gh_nodes() {
+    local n i
+    n=$(gh_state_get nodes) || gh_die "no test cluster in $GH_DIR"
+    for ((i = 1; i <= n; i++)); do printf 'n%d\n' "$i"; done
+}
+
+gh_node_count() { gh_state_get nodes; }
+
+# Slurm hostlist of all nodes, e.g. n[1-4].
+gh_node_list() { printf 'n[1-%s]\n' "$(gh_node_count)"; }
+
+# --- per-node fault injection -------------------------------------------
+
+# gh_set_scenario NODE NAME: NAME is a file in the scenario directory
+# (with or without .json) or a path. Replaced atomically: a prolog that
+# runs at this moment sees the old or the new scenario, never half of one.
+gh_set_scenario() {
+    local node=$1 name=$2 src dst
+    case $name in
+    */*) src=$name ;;
+    *) src=$GH_SCENARIO_DIR/${name%.json}.json ;;
+    esac
+    [[ -f $src ]] || gh_die "scenario $src not found"
+    dst=$GH_DIR/$node/lib/scenario.json
+    [[ -d $GH_DIR/$node/lib ]] || gh_die "node $node has no lib directory in $GH_DIR"
+    cp "$src" "$dst.tmp.$$"
+    mv -f "$dst.tmp.$$" "$dst"
+}
+
+gh_kernel_log() { printf '%s/%s/kernel.log\n' "$GH_DIR" "$1"; }
+
+# gh_kernel_log_append NODE LINE...: append kernel log records (one per
+# argument) to the node's kernel log, as the kernel would.
+gh_kernel_log_append() {
+    local node=$1 line
+    shift
+    for line in "$@"; do
+        printf '%s\n' "$line" >>"$(gh_kernel_log "$node")"
+    done
+}
+
+# A dmesg-style Xid record: gh_xid_line BUS XID PID TEXT
+gh_xid_line() {
+    local secs
+    secs=$(awk '{ printf "%.6f", $1 }' /proc/uptime)
+    printf '[%12s] NVRM: Xid (PCI:%s): %s, pid=%s, %s\n' "$secs" "$1" "$2" "$3" "$4"
+}
+
+gh_dropin() { printf '%s/etc/gpu-health.d/%s.toml\n' "$GH_DIR" "$1"; }
+
+# Replace a node's drop-in by a file that is not TOML.
+gh_break_dropin() {
+    local f
+    f=$(gh_dropin "$1")
+    [[ -f $f.good ]] || cp "$f" "$f.good"
+    printf 'nvml_library = "unterminated\nthis is = = not toml\n' >"$f.tmp.$$"
+    mv -f "$f.tmp.$$" "$f"
+}
+
+gh_restore_dropin() {
+    local f
+    f=$(gh_dropin "$1")
+    if [[ -f $f.good ]]; then mv -f "$f.good" "$f"; fi
+}
+
+gh_gpu_health_log() { printf '%s/log/gpu-health-%s.log\n' "$GH_DIR" "$1"; }
+gh_slurmd_log() { printf '%s/log/slurmd-%s.log\n' "$GH_DIR" "$1"; }
+gh_slurmctld_log() { printf '%s/log/slurmctld.log\n' "$GH_DIR"; }
+
+# --- Slurm queries -------------------------------------------------------
+
+# Base state of a node, lower case, without flags: idle, alloc, mix, down...
+# plus "+drain" when draining/drained: e.g. "idle+drain".
+gh_node_state() {
+    local s
+    s=$(scontrol -o show node "$1" 2>/dev/null | tr ' ' '\n' | awk -F= '$1 == "State" { print $2 }')
+    s=${s,,}
+    local base=${s%%+*} flags=""
+    [[ $s == *drain* ]] && flags="+drain"
+    printf '%s%s\n' "$base" "$flags"
+}
+
+# The node's Reason= (empty when none).
+gh_node_reason() {
+    scontrol -o show node "$1" 2>/dev/null | sed -n 's/.* Reason=\(.*\) \[[^]]*\]$/\1/p; s/.* Reason=\(.*\)$/\1/p' | head -n1
+}
+
+# gh_wait_node_state NODE PATTERN TIMEOUT_S: wait until gh_node_state
+# matches the extended regex PATTERN. Fails with the last state seen.
+gh_wait_node_state() {
+    local node=$1 pattern=$2 timeout=${3:-30} deadline state
+    deadline=$((SECONDS + timeout))
+    while :; do
+        state=$(gh_node_state "$node")
+        [[ $state =~ ^($pattern)$ ]] && return 0
+        ((SECONDS >= deadline)) && break
+        sleep 0.5
+    done
+    gh_warn "node $node is '$state' after ${timeout}s, expected '$pattern'"
+    return 1
+}
+
+# One field of `scontrol show job` (e.g. JobState, NodeList, Restarts).
+gh_job_field() {
+    scontrol -o show job "$1" 2>/dev/null | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k { print substr($0, length(k) + 2); exit }'
+}
+
+# gh_wait_job_state JOB PATTERN TIMEOUT_S
+gh_wait_job_state() {
+    local job=$1 pattern=$2 timeout=${3:-60} deadline state
+    deadline=$((SECONDS + timeout))
+    while :; do
+        state=$(gh_job_field "$job" JobState)
+        [[ $state =~ ^($pattern)$ ]] && return 0
+        ((SECONDS >= deadline)) && break
+        sleep 0.5
+    done
+    gh_warn "job $job is '$state' after ${timeout}s, expected '$pattern'"
+    return 1
+}
+
+# gh_sbatch ARGS...: submit, print the job id. Output goes to $GH_DIR/jobs.
+gh_sbatch() {
+    sbatch --parsable --output="$GH_DIR/jobs/%j.out" --chdir="$GH_DIR/jobs" "$@" | cut -d';' -f1
+}
+
+# --- whole-cluster reset (between tests) ---------------------------------
+
+# Cancel all jobs, healthy scenario and good drop-in everywhere, empty
+# kernel logs and state, resume every node, wait until all are idle.
+gh_reset_cluster() {
+    local node nodes
+    nodes=$(gh_node_list)
+    scancel --full "--nodelist=$nodes" 2>/dev/null || true
+    scancel --user=root 2>/dev/null || true
+    for node in $(gh_nodes); do
+        gh_restore_dropin "$node"
+        gh_set_scenario "$node" "${GH_DEFAULT_SCENARIO:-h100x8-healthy}"
+        : >"$(gh_kernel_log "$node")"
+        rm -rf "${GH_DIR:?}/$node/state"
+        mkdir -p "$GH_DIR/$node/state"
+    done
+    # Only what the harness caused; RESUME of an idle node is an error, so
+    # ask per node.
+    for node in $(gh_nodes); do
+        if [[ $(gh_node_state "$node") == *drain* || $(gh_node_state "$node") == down* ]]; then
+            scontrol update "NodeName=$node" State=RESUME || true
+        fi
+    done
+    for node in $(gh_nodes); do
+        gh_wait_node_state "$node" idle 60 || return 1
+    done
+}

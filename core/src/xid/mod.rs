@@ -1,16 +1,79 @@
-//! Kernel-log Xid engine: reader, parser, cursor and policy table.
-//! (Filled in by the Xid issue; this is the configuration it exposes.)
+//! Kernel-log Xid engine: parser, incremental reader with cursor, policy.
+//!
+//! # Using it
+//!
+//! Prolog / health check (node cursor in the state dir):
+//!
+//! ```no_run
+//! # use gpu_health_core::{config::Config, snapshot::NodeSnapshot, xid};
+//! # let cfg = Config::default(); let snapshot = NodeSnapshot::default(); let now_ms = 0;
+//! let cursor_path = cfg.state_dir.join("xid-cursor.json");
+//! let outcome = xid::scan(&cfg.kernel_log, &cursor_path, &cfg.xid, &snapshot, now_ms);
+//! // ... act on outcome.findings (drain, verdict), log outcome.notes ...
+//! xid::commit(&cursor_path, &outcome.state)?; // only after acting
+//! # Ok::<(), xid::XidError>(())
+//! ```
+//!
+//! Epilog (events during a job, without touching the node cursor): keep
+//! the prolog's `outcome.cursor()` (a serde [`Cursor`]) in the job's state
+//! and call `read_since(&kernel_log, Some(&job_start_cursor), ...)`.
+//!
+//! Admin command: `read_since(path, None, ...)` reads a log from its start;
+//! [`Policy::decide`] gives each event's action.
+//!
+//! # Pieces
+//!
+//! - [`parse_line`]: one line of any supported format to a [`Record`];
+//!   formats are recognised line by line: `/dev/kmsg` records and dumps
+//!   (`prio,seq,usec,flags;msg`, dictionary lines ignored), `dmesg`,
+//!   `dmesg -T`, `dmesg -x`, `dmesg -r`, syslog and `journalctl -k`
+//!   (classic and ISO time stamps). Only kernel records count: kmsg
+//!   facility 0, syslog tag `kernel:`, message starting with `NVRM: ` or
+//!   `nvidia-nvswitchN: SXid`.
+//! - [`Assembler`]: records to [`XidEvent`]s, joining the multi-line
+//!   "The NVIDIA GPU ... fallen off the bus" message (reported as Xid 79
+//!   with `fallen_off_bus`).
+//! - Readers: a character device is read record by record as /dev/kmsg
+//!   (cursor = boot id + next sequence number); anything else as a file
+//!   (cursor = device, inode, byte offset, hash of the bytes before it).
+//! - [`Policy`]: built-in table (docs/xid-policy.md) plus `[xid]` overrides;
+//!   repeat rules count events in a history saved with the cursor.
 
-use serde::{Deserialize, Serialize};
+mod catalog;
+mod config;
+mod cursor;
+mod event;
+mod file;
+mod history;
+mod kmsg;
+mod parse;
+mod policy;
+mod read;
+mod scan;
+mod stamp;
 
-/// `[xid]` section of the configuration.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct XidConfig {}
+use std::path::PathBuf;
 
-impl XidConfig {
-    /// Refuse settings that cannot be meant.
-    pub fn validate(&self) -> Result<(), String> {
-        Ok(())
-    }
+pub use catalog::{sxid_is_fatal, sxid_meaning, xid_meaning};
+pub use config::{CodeKey, PolicyAction, XidConfig, XidRule};
+pub use cursor::{load_state, save_state, Cursor, XidState};
+pub use event::{Assembler, EventKind, XidEvent};
+pub use history::RepeatHistory;
+pub use kmsg::{KmsgDevice, KmsgRead, KmsgSource, MemoryRing};
+pub use parse::{parse_line, Payload, Record};
+pub use policy::{recovery_action, Decision, DefaultAction, Policy, DEFAULT_TABLE};
+pub use read::{read_since, read_source, LogSource, ReadOutcome};
+pub use scan::{commit, judge, scan, scan_source, ScanOutcome};
+pub use stamp::{Stamp, TimeContext};
+
+/// Errors of the Xid engine's I/O (the scan turns them into findings).
+#[derive(Debug, thiserror::Error)]
+pub enum XidError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("Xid state {path}: {message}")]
+    State { path: PathBuf, message: String },
 }

@@ -1,0 +1,162 @@
+//! Where a reader stopped ([`Cursor`]) and the node's saved Xid state
+//! (cursor plus repeat history), written atomically.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::history::RepeatHistory;
+use super::XidError;
+
+/// A position in a kernel log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "source", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Cursor {
+    /// The live `/dev/kmsg` ring of one boot.
+    Kmsg {
+        /// `/proc/sys/kernel/random/boot_id` when the cursor was taken.
+        boot_id: String,
+        /// First sequence number not yet read.
+        next_seq: u64,
+    },
+    /// A plain file read up to `offset` (always the end of a line).
+    File {
+        dev: u64,
+        ino: u64,
+        offset: u64,
+        /// Length and FNV-1a hash of the bytes just before `offset`: if
+        /// they changed, the file was truncated or rewritten in place.
+        tail_len: u32,
+        tail_hash: u64,
+    },
+}
+
+/// Saved state of the node's Xid scan: what the last committed scan read,
+/// and the recent events that repeat rules count.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct XidState {
+    pub version: u32,
+    pub cursor: Option<Cursor>,
+    #[serde(default)]
+    pub history: RepeatHistory,
+}
+
+const STATE_VERSION: u32 = 1;
+/// A state file is a few KiB; anything far larger is not ours.
+const MAX_STATE_BYTES: u64 = 4 << 20;
+
+/// FNV-1a, 64 bit: enough to notice that bytes changed, no dependency.
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Read the state file. Missing = fresh state; unreadable or corrupt =
+/// fresh state plus a note (logged as a warning); never an error.
+pub fn load_state(path: &Path) -> (XidState, Option<String>) {
+    let fresh = XidState {
+        version: STATE_VERSION,
+        ..XidState::default()
+    };
+    let text = match read_nofollow(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (fresh, None),
+        Err(e) => {
+            let note = format!(
+                "Xid cursor {} unreadable ({e}); starting over with the look-back",
+                path.display()
+            );
+            log::warn!("{note}");
+            return (fresh, Some(note));
+        }
+    };
+    match serde_json::from_slice::<XidState>(&text) {
+        Ok(state) if state.version == STATE_VERSION => (state, None),
+        Ok(state) => {
+            let note = format!(
+                "Xid cursor {} has version {}, expected {STATE_VERSION}; replaced",
+                path.display(),
+                state.version
+            );
+            log::warn!("{note}");
+            (fresh, Some(note))
+        }
+        Err(e) => {
+            let note = format!(
+                "Xid cursor {} is corrupt ({e}); replaced, starting over with the look-back",
+                path.display()
+            );
+            log::warn!("{note}");
+            (fresh, Some(note))
+        }
+    }
+}
+
+fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    let mut buf = Vec::new();
+    file.take(MAX_STATE_BYTES).read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+/// Write the state file atomically: a private temporary file in the same
+/// directory, fsync, rename over the old one, fsync the directory.
+pub fn save_state(path: &Path, state: &XidState) -> Result<(), XidError> {
+    let err = |source: std::io::Error| XidError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut state = state.clone();
+    state.version = STATE_VERSION;
+    let json = serde_json::to_vec(&state).map_err(|e| XidError::State {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| err(std::io::Error::other("cursor path has no file name")))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp.{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let open = || {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+    };
+    let mut file = match open() {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // Left by a run of ours that died with the same pid.
+            std::fs::remove_file(&tmp).map_err(err)?;
+            open().map_err(err)?
+        }
+        Err(e) => return Err(err(e)),
+    };
+    let written = file.write_all(&json).and_then(|()| file.sync_all());
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(err(e));
+    }
+    // The rename is durable only once the directory is.
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}

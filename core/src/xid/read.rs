@@ -1,0 +1,151 @@
+//! Reading events from a kernel log between a cursor and now.
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
+
+use super::cursor::Cursor;
+use super::event::XidEvent;
+use super::file::read_file;
+use super::kmsg::{read_kmsg, KmsgDevice, KmsgSource};
+use super::stamp::TimeContext;
+use super::{XidConfig, XidError};
+use crate::snapshot::NodeSnapshot;
+
+/// Where to read from.
+pub enum LogSource<'a> {
+    /// `/dev/kmsg` (a character device: record-per-read mode) or a file
+    /// (byte-offset mode), told apart by the file type.
+    Path(&'a Path),
+    /// A kmsg ring stand-in (tests, benchmarks).
+    Kmsg(&'a mut dyn KmsgSource),
+}
+
+/// What a read found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReadOutcome {
+    /// In log order, GPU index and UUID filled from the snapshot.
+    pub events: Vec<XidEvent>,
+    /// Where the read stopped; `None` only when nothing could be read.
+    pub cursor: Option<Cursor>,
+    /// Things the caller should log (wrapped ring, rotation, reboot...).
+    pub notes: Vec<String>,
+    /// Records lost to the ring wrapping before they were read.
+    pub lost_records: u64,
+    /// The cursor could not be continued (reboot, rotation, truncation,
+    /// cursor ahead of the ring): the read started from the beginning.
+    pub restarted: bool,
+    /// Monotonic stamp of the last line of a file, when it has one (dates
+    /// monotonic-only records of a file relative to its end).
+    pub last_monotonic_us: Option<u64>,
+}
+
+impl ReadOutcome {
+    pub(crate) fn empty() -> Self {
+        ReadOutcome::default()
+    }
+
+    pub(crate) fn restart(&mut self, note: String) {
+        log::info!("{note}");
+        self.restarted = true;
+        self.notes.push(note);
+    }
+}
+
+/// Events of `kernel_log` after `since` (all of them without a cursor),
+/// and the cursor of the end. Does not write anything.
+pub fn read_since(
+    kernel_log: &Path,
+    since: Option<&Cursor>,
+    cfg: &XidConfig,
+    snapshot: &NodeSnapshot,
+    now_ms: u64,
+) -> Result<ReadOutcome, XidError> {
+    read_source(LogSource::Path(kernel_log), since, cfg, snapshot, now_ms)
+}
+
+/// [`read_since`] for any [`LogSource`].
+pub fn read_source(
+    source: LogSource<'_>,
+    since: Option<&Cursor>,
+    cfg: &XidConfig,
+    snapshot: &NodeSnapshot,
+    now_ms: u64,
+) -> Result<ReadOutcome, XidError> {
+    let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+    let mut out = match source {
+        LogSource::Path(path) => {
+            let io = |source| XidError::Io {
+                path: path.to_path_buf(),
+                source,
+            };
+            let meta = std::fs::metadata(path).map_err(io)?;
+            if meta.file_type().is_char_device() {
+                let mut dev = KmsgDevice::open(path).map_err(io)?;
+                read_ring(&mut dev, since, cfg, now).map_err(io)?
+            } else {
+                let ctx = TimeContext {
+                    boot_ms: None,
+                    now_ms: now,
+                };
+                read_file(path, since, ctx).map_err(io)?
+            }
+        }
+        LogSource::Kmsg(ring) => {
+            read_ring(ring, since, cfg, now).map_err(|source| XidError::Io {
+                path: "<kmsg source>".into(),
+                source,
+            })?
+        }
+    };
+    for ev in &mut out.events {
+        ev.attach_gpu(snapshot);
+    }
+    Ok(out)
+}
+
+fn read_ring(
+    source: &mut dyn KmsgSource,
+    since: Option<&Cursor>,
+    cfg: &XidConfig,
+    now_ms: i64,
+) -> std::io::Result<ReadOutcome> {
+    let mut notes = Vec::new();
+    let boot_id = match std::fs::read_to_string(&cfg.boot_id_path) {
+        Ok(s) => s.trim().to_string(),
+        Err(e) => {
+            notes.push(format!(
+                "cannot read the boot id {}: {e}; reboots cannot be told apart",
+                cfg.boot_id_path.display()
+            ));
+            String::new()
+        }
+    };
+    let boot_ms = match read_uptime_ms(&cfg.uptime_path) {
+        Ok(up) => Some(now_ms - up),
+        Err(e) => {
+            notes.push(format!(
+                "cannot read the uptime {}: {e}; kernel log times stay relative to boot",
+                cfg.uptime_path.display()
+            ));
+            None
+        }
+    };
+    let ctx = TimeContext { boot_ms, now_ms };
+    let mut out = read_kmsg(source, since, &boot_id, ctx)?;
+    notes.append(&mut out.notes);
+    out.notes = notes;
+    Ok(out)
+}
+
+/// `/proc/uptime`: `12345.67 54321.00`.
+fn read_uptime_ms(path: &Path) -> std::io::Result<i64> {
+    let text = std::fs::read_to_string(path)?;
+    let first = text.split_whitespace().next().unwrap_or("");
+    let secs: f64 = first
+        .parse()
+        .map_err(|_| std::io::Error::other(format!("not an uptime: {first:?}")))?;
+    if !(secs.is_finite() && secs >= 0.0) {
+        return Err(std::io::Error::other("negative uptime"));
+    }
+    Ok((secs * 1000.0) as i64)
+}

@@ -1,0 +1,196 @@
+//! Timestamps of the kernel-log wrappers and their conversion to Unix time.
+//!
+//! The parser only recognises a stamp ([`Stamp`]); turning a local or
+//! monotonic stamp into Unix time needs context (the boot time, the current
+//! year, the local time zone) and happens in [`TimeContext::resolve`].
+
+use serde::{Deserialize, Serialize};
+
+/// The time a wrapper gave a record, as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Stamp {
+    /// No time in the line.
+    None,
+    /// Microseconds since boot (`/dev/kmsg`, `dmesg`).
+    Monotonic { us: u64 },
+    /// Wall time with a known offset (ISO 8601 with zone).
+    Unix { ms: i64 },
+    /// Local wall time (`dmesg -T`, syslog); syslog omits the year.
+    Local {
+        year: Option<i32>,
+        month: u8,
+        day: u8,
+        hour: u8,
+        min: u8,
+        sec: u8,
+        ms: u16,
+    },
+}
+
+/// What is known about the clock of the log being read.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TimeContext {
+    /// Unix ms of the current boot, when the log is this boot's live ring.
+    pub boot_ms: Option<i64>,
+    /// Now, in Unix ms (infers the year syslog leaves out).
+    pub now_ms: i64,
+}
+
+impl TimeContext {
+    /// Unix ms of the stamp, when it can be known.
+    pub fn resolve(&self, stamp: &Stamp) -> Option<i64> {
+        match *stamp {
+            Stamp::None => None,
+            Stamp::Monotonic { us } => self
+                .boot_ms
+                .map(|b| b.saturating_add((us / 1000).min(i64::MAX as u64) as i64)),
+            Stamp::Unix { ms } => Some(ms),
+            Stamp::Local {
+                year,
+                month,
+                day,
+                hour,
+                min,
+                sec,
+                ms,
+            } => {
+                let at = |y: i32| {
+                    local_to_unix(y, month, day, hour, min, sec).map(|s| s * 1000 + i64::from(ms))
+                };
+                match year {
+                    Some(y) => at(y),
+                    None => {
+                        // A syslog line is never from the future: a stamp
+                        // more than a day ahead belongs to last year.
+                        let this_year = year_of(self.now_ms)?;
+                        let t = at(this_year)?;
+                        if t > self.now_ms + 86_400_000 {
+                            at(this_year - 1)
+                        } else {
+                            Some(t)
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn month_number(name: &[u8]) -> Option<u8> {
+    const MONTHS: [&[u8; 3]; 12] = [
+        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
+        b"Dec",
+    ];
+    let name = name.get(..3)?;
+    MONTHS
+        .iter()
+        .position(|m| m.as_slice() == name)
+        .map(|i| i as u8 + 1)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date.
+pub(crate) fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (i64::from(m) + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn valid_civil(month: u8, day: u8, hour: u8, min: u8, sec: u8) -> bool {
+    (1..=12).contains(&month) && (1..=31).contains(&day) && hour < 24 && min < 60 && sec <= 60
+}
+
+/// Unix seconds of a UTC civil time.
+pub(crate) fn utc_to_unix(y: i32, month: u8, day: u8, hour: u8, min: u8, sec: u8) -> Option<i64> {
+    if !valid_civil(month, day, hour, min, sec) {
+        return None;
+    }
+    let days = days_from_civil(i64::from(y), u32::from(month), u32::from(day));
+    Some(days * 86_400 + i64::from(hour) * 3600 + i64::from(min) * 60 + i64::from(sec))
+}
+
+/// Unix seconds of a local civil time, in the process's time zone.
+fn local_to_unix(y: i32, month: u8, day: u8, hour: u8, min: u8, sec: u8) -> Option<i64> {
+    if !valid_civil(month, day, hour, min, sec) || !(1900..=9999).contains(&y) {
+        return None;
+    }
+    // SAFETY: `tm` is a plain C struct, zero is a valid value for all its
+    // fields; mktime only reads and normalises it.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    tm.tm_year = y - 1900;
+    tm.tm_mon = i32::from(month) - 1;
+    tm.tm_mday = i32::from(day);
+    tm.tm_hour = i32::from(hour);
+    tm.tm_min = i32::from(min);
+    tm.tm_sec = i32::from(sec);
+    tm.tm_isdst = -1;
+    // SAFETY: `tm` is a valid, exclusively borrowed struct.
+    let t = unsafe { libc::mktime(&mut tm) };
+    if t == -1 {
+        return None;
+    }
+    Some(t)
+}
+
+/// The (UTC) year of a Unix ms time.
+fn year_of(unix_ms: i64) -> Option<i32> {
+    let days = unix_ms.div_euclid(86_400_000);
+    // Inverse of days_from_civil, years only.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    i32::try_from(year).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_round_trip() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(utc_to_unix(2026, 11, 29, 14, 0, 1), Some(1_795_960_801));
+        assert_eq!(year_of(1_795_960_801_000), Some(2026));
+        assert_eq!(year_of(0), Some(1970));
+        assert_eq!(utc_to_unix(2026, 13, 1, 0, 0, 0), None);
+    }
+
+    #[test]
+    fn syslog_year_is_inferred_backwards() {
+        let now = utc_to_unix(2027, 1, 2, 0, 0, 0).unwrap() * 1000;
+        let ctx = TimeContext {
+            boot_ms: None,
+            now_ms: now,
+        };
+        let dec = Stamp::Local {
+            year: None,
+            month: 12,
+            day: 31,
+            hour: 12,
+            min: 0,
+            sec: 0,
+            ms: 0,
+        };
+        let t = ctx.resolve(&dec).unwrap();
+        assert!(t < now && now - t < 3 * 86_400_000, "{t} vs {now}");
+    }
+
+    #[test]
+    fn monotonic_needs_boot_time() {
+        let s = Stamp::Monotonic { us: 5_000_000 };
+        assert_eq!(TimeContext::default().resolve(&s), None);
+        let ctx = TimeContext {
+            boot_ms: Some(1000),
+            now_ms: 0,
+        };
+        assert_eq!(ctx.resolve(&s), Some(6000));
+    }
+}

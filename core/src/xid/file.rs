@@ -168,7 +168,7 @@ fn read_range(
                 pos += last as u64 + 1;
                 filled -= last + 1;
             }
-            None if filled == buf.len() => {
+            None if filled == buf.len() && pos + (filled as u64) < end => {
                 // One line longer than the buffer: not a kernel record.
                 pos += filled as u64;
                 filled = 0;

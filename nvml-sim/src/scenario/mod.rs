@@ -39,3 +39,6 @@ impl Scenario {
         Scenario::from_json(&text, path)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,215 @@
+//! `gpu-health xids [--json] [--no-probe] [FILE]`: the NVIDIA Xid and SXid
+//! events of a kernel log, with the action the policy gives each.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gpu_health_core::config::Config;
+use gpu_health_core::probe;
+use gpu_health_core::snapshot::NodeSnapshot;
+use gpu_health_core::xid::{self, EventKind, Policy, XidEvent};
+use serde_json::{Map, Value};
+
+const USAGE: &str = "usage: gpu-health xids [--json] [--no-probe] [FILE]";
+/// Mapping addresses to GPU indices is a nicety: never wait long for it.
+const PROBE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// `args` are the words after `xids`. Exit: 0 listed (with or without
+/// events), 1 the log could not be read, 2 usage error.
+pub fn run(args: &[String], config: &Config) -> i32 {
+    let Some(opts) = parse_args(args) else {
+        eprintln!("{USAGE}");
+        return 2;
+    };
+    let snapshot = if opts.probe {
+        let deadline = Duration::from_millis(config.nvml_deadline_ms).min(PROBE_DEADLINE);
+        probe::probe_with_deadline(
+            config.nvml_library.as_deref(),
+            probe::ProbeOptions::default(),
+            deadline,
+        )
+    } else {
+        NodeSnapshot::default()
+    };
+    run_with_snapshot(&opts, config, &snapshot)
+}
+
+struct Options {
+    json: bool,
+    probe: bool,
+    file: Option<PathBuf>,
+}
+
+fn parse_args(args: &[String]) -> Option<Options> {
+    let mut opts = Options {
+        json: false,
+        probe: true,
+        file: None,
+    };
+    for a in args {
+        match a.as_str() {
+            "--json" => opts.json = true,
+            "--no-probe" => opts.probe = false,
+            s if s.starts_with('-') && s != "-" => return None,
+            s if opts.file.is_none() => opts.file = Some(PathBuf::from(s)),
+            _ => return None,
+        }
+    }
+    Some(opts)
+}
+
+fn run_with_snapshot(opts: &Options, config: &Config, snapshot: &NodeSnapshot) -> i32 {
+    let path: &Path = opts.file.as_deref().unwrap_or(&config.kernel_log);
+    let now = probe::unix_ms();
+    let read = match xid::read_since(path, None, &config.xid, snapshot, now) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("gpu-health xids: {e}");
+            return 1;
+        }
+    };
+    for note in &read.notes {
+        eprintln!("gpu-health xids: {note}");
+    }
+    let policy = Policy::from_config(&config.xid);
+    if opts.json {
+        for ev in &read.events {
+            println!("{}", Value::Object(json_event(ev, &policy)));
+        }
+    } else {
+        print_table(&read.events, &policy);
+    }
+    0
+}
+
+fn json_event(ev: &XidEvent, policy: &Policy) -> Map<String, Value> {
+    let mut m = Map::new();
+    let kind = match ev.kind {
+        EventKind::Xid => "xid",
+        EventKind::Sxid => "sxid",
+    };
+    m.insert(kind.into(), ev.code.into());
+    m.insert("pci".into(), ev.pci.clone().into());
+    m.insert("gpu".into(), ev.gpu.into());
+    m.insert("uuid".into(), ev.uuid.clone().into());
+    m.insert("pid".into(), ev.pid.into());
+    m.insert("process".into(), ev.process.clone().into());
+    m.insert("message".into(), ev.message.clone().into());
+    m.insert("fallen_off_bus".into(), ev.fallen_off_bus.into());
+    m.insert("action".into(), policy.decide(ev).action.as_str().into());
+    m.insert("time".into(), ev.time_ms.map(format_utc).into());
+    m.insert("time_ms".into(), ev.time_ms.into());
+    m.insert("monotonic_us".into(), ev.monotonic_us.into());
+    m.insert("seq".into(), ev.seq.into());
+    m
+}
+
+fn print_table(events: &[XidEvent], policy: &Policy) {
+    if events.is_empty() {
+        println!("no Xid events");
+        return;
+    }
+    println!(
+        "{:<24} {:<10} {:<5} {:<12} {:<8} {:<14} {:<17} MESSAGE",
+        "TIME", "EVENT", "GPU", "PCI", "PID", "PROCESS", "ACTION"
+    );
+    for ev in events {
+        let time = match (ev.time_ms, ev.monotonic_us) {
+            (Some(t), _) => format_utc(t),
+            (None, Some(us)) => format!("boot+{}.{:06}s", us / 1_000_000, us % 1_000_000),
+            (None, None) => "-".into(),
+        };
+        let dash = |s: Option<String>| s.unwrap_or_else(|| "-".into());
+        let message = if ev.fallen_off_bus {
+            format!("(fallen off the bus) {}", ev.message)
+        } else {
+            ev.message.clone()
+        };
+        println!(
+            "{:<24} {:<10} {:<5} {:<12} {:<8} {:<14} {:<17} {}",
+            time,
+            ev.label(),
+            dash(ev.gpu.map(|g| g.to_string())),
+            dash(ev.pci.clone()),
+            dash(ev.pid.map(|p| p.to_string())),
+            dash(ev.process.clone()),
+            policy.decide(ev).action.as_str(),
+            message.replace(char::is_control, " "),
+        );
+    }
+}
+
+/// `2026-11-29T14:00:01.123Z`.
+fn format_utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let tod = secs % 86_400;
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        tod / 3600,
+        tod % 3600 / 60,
+        tod % 60,
+        ms % 1000
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn usage_errors() {
+        assert!(parse_args(&args(&["--jsn"])).is_none());
+        assert!(parse_args(&args(&["a", "b"])).is_none());
+        let o = parse_args(&args(&["--json", "/var/log/kern.log"])).unwrap();
+        assert!(o.json && o.probe);
+        assert_eq!(o.file.as_deref(), Some(Path::new("/var/log/kern.log")));
+        assert_eq!(run(&args(&["--bogus"]), &Config::default()), 2);
+    }
+
+    #[test]
+    fn utc_format() {
+        assert_eq!(format_utc(1_795_960_801_123), "2026-11-29T14:00:01.123Z");
+        assert_eq!(format_utc(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_utc(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn json_shape() {
+        let line = "[ 5.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=2210, GPU has fallen off the bus.\n\
+                    [ 6.0] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32\n";
+        let dir = std::env::temp_dir().join(format!("gpu-health-xids-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("dmesg.txt");
+        std::fs::write(&file, line).unwrap();
+        let cfg = Config::default();
+        let read = xid::read_since(&file, None, &cfg.xid, &NodeSnapshot::default(), 0).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let policy = Policy::from_config(&cfg.xid);
+        let a = json_event(&read.events[0], &policy);
+        assert_eq!(a["xid"], 79);
+        assert_eq!(a["pci"], "0000:3b:00.0");
+        assert_eq!(a["pid"], 2210);
+        assert_eq!(a["process"], Value::Null);
+        assert_eq!(a["action"], "drain");
+        assert_eq!(a["message"], "GPU has fallen off the bus.");
+        let b = json_event(&read.events[1], &policy);
+        assert_eq!(b["sxid"], 12028);
+        assert!(b.get("xid").is_none());
+        assert_eq!(b["action"], "warn");
+    }
+}

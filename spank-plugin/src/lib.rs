@@ -1,1 +1,54 @@
-//! SPANK plugin.
+//! gpu-health SPANK plugin (`gpu_health`): the user's `--gpu-health`,
+//! `--tp-size` and `--nccl-debug` options, the NCCL_IB_* environment
+//! derived from the node's RDMA fabric, strict-mode refusal of steps on
+//! GPUs with warnings, and tensor-parallel placement checks.
+//!
+//! Contexts (see docs/spank.md): submission ([`local`]: sbatch, salloc,
+//! srun) validates and refuses; the step side ([`remote`]: slurmstepd)
+//! sets the environment and checks each step. The pure parts ([`args`],
+//! [`options`], [`step_checks`]) are tested without Slurm; the FFI glue
+//! is left out of test builds, which have no Slurm to link against.
+
+pub mod args;
+pub mod options;
+pub mod step_checks;
+
+#[cfg(not(test))]
+mod hooks;
+#[cfg(not(test))]
+mod local;
+#[cfg(not(test))]
+mod remote;
+#[cfg(not(test))]
+mod spank;
+
+mod build_info {
+    include!(concat!(env!("OUT_DIR"), "/slurm_version.rs"));
+}
+
+/// The symbols Slurm's plugin loader looks for.
+#[cfg(not(test))]
+mod plugin_symbols {
+    use std::os::raw::{c_char, c_uint};
+
+    #[no_mangle]
+    pub static plugin_name: [c_char; 11] = to_c(*b"gpu_health\0");
+    #[no_mangle]
+    pub static plugin_type: [c_char; 6] = to_c(*b"spank\0");
+    /// Slurm loads the plugin only when major.minor equal its own.
+    #[no_mangle]
+    pub static plugin_version: c_uint = super::build_info::SLURM_VERSION_NUMBER;
+
+    const fn to_c<const N: usize>(bytes: [u8; N]) -> [c_char; N] {
+        let mut out = [0 as c_char; N];
+        let mut i = 0;
+        while i < N {
+            out[i] = bytes[i] as c_char;
+            i += 1;
+        }
+        out
+    }
+}
+
+/// SLURM_VERSION_NUMBER the plugin was built for.
+pub const BUILT_FOR_SLURM: u32 = build_info::SLURM_VERSION_NUMBER;

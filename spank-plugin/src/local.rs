@@ -1,0 +1,56 @@
+//! Submission side: sbatch/salloc (allocator) and srun (local).
+//!
+//! Errors here refuse the submission before anything reaches slurmctld,
+//! which is the point: a bad value or an impossible layout is the user's
+//! to fix, with the message saying how.
+
+use std::os::raw::c_int;
+
+use gpu_health_core::topology::check_step_layout;
+use gpu_health_core::verdict::Mode;
+
+use crate::args::PluginArgs;
+use crate::options::{gpus_per_node, validate, OptionValues};
+use crate::spank::{self, Spank};
+
+/// init_post_opt in sbatch/salloc/srun: refuse bad option values.
+pub fn check_submission(values: &OptionValues, args: &PluginArgs) -> c_int {
+    match validate(values, args) {
+        Ok(_) => 0,
+        Err(message) => {
+            spank::error(&format!("gpu-health: {message}"));
+            -1
+        }
+    }
+}
+
+/// local_user_init in srun: refuse (strict) or warn about a task layout
+/// that splits tensor-parallel groups across nodes.
+pub fn check_layout(spank: &Spank, values: &OptionValues, args: &PluginArgs) -> c_int {
+    let Ok(opts) = validate(values, args) else {
+        // Already refused in init_post_opt.
+        return -1;
+    };
+    let Some(tp) = opts.tp_size else { return 0 };
+    if opts.mode == Mode::Off {
+        return 0;
+    }
+    let (Some(total), Some(nnodes)) = (spank.total_task_count(), spank.nnodes()) else {
+        spank::verbose("gpu-health: task and node counts unknown; TP layout checked on the nodes");
+        return 0;
+    };
+    let gpus = gpus_per_node(|k| std::env::var(k).ok());
+    match check_step_layout(total, nnodes, tp, gpus) {
+        Ok(()) => 0,
+        Err(message) if opts.mode == Mode::Strict => {
+            spank::error(&format!(
+                "gpu-health: {message} (strict mode refuses this step; --gpu-health=warn runs it anyway)"
+            ));
+            -1
+        }
+        Err(message) => {
+            spank::error(&format!("gpu-health: warning: {message}"));
+            0
+        }
+    }
+}

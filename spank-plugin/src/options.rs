@@ -1,0 +1,267 @@
+//! The user's options: `--gpu-health`, `--tp-size`, `--nccl-debug`.
+//!
+//! Submission (sbatch/salloc/srun) validates strictly and refuses with a
+//! message; the remote side, which must never fail its early callbacks,
+//! reads the same values leniently.
+
+use std::path::Path;
+
+use gpu_health_core::verdict::Mode;
+
+use crate::args::PluginArgs;
+
+/// NCCL_DEBUG levels NCCL knows.
+pub const NCCL_DEBUG_LEVELS: [&str; 5] = ["VERSION", "WARN", "INFO", "ABORT", "TRACE"];
+pub const NCCL_DEBUG_DEFAULT: &str = "INFO";
+/// Largest TP group accepted (no node holds more GPUs).
+pub const MAX_TP_SIZE: u32 = 64;
+
+/// The option values Slurm handed to the plugin.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OptionValues {
+    pub gpu_health: Option<String>,
+    pub tp_size: Option<String>,
+    /// `Some(None)`: `--nccl-debug` without a level.
+    pub nccl_debug: Option<Option<String>>,
+}
+
+/// The options once validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobOptions {
+    pub mode: Mode,
+    pub tp_size: Option<u32>,
+    /// NCCL_DEBUG level when `--nccl-debug` was given.
+    pub nccl_debug: Option<String>,
+}
+
+/// Strict validation at submission: every bad value is an error message.
+pub fn validate(values: &OptionValues, args: &PluginArgs) -> Result<JobOptions, String> {
+    let mode = match values.gpu_health.as_deref() {
+        None => args.default_mode,
+        Some(v) => match Mode::parse(v).filter(|_| v == v.trim()) {
+            None => {
+                return Err(format!(
+                    "--gpu-health={v}: not a mode; allowed values are {}",
+                    Mode::ALLOWED
+                ))
+            }
+            Some(Mode::Off) if !args.allow_off => {
+                return Err(
+                    "--gpu-health=off is not allowed on this cluster (allow_off=no); allowed values are warn, strict"
+                        .into(),
+                )
+            }
+            Some(m) => m,
+        },
+    };
+    let tp_size = values.tp_size.as_deref().map(parse_tp_size).transpose()?;
+    let nccl_debug = values
+        .nccl_debug
+        .as_ref()
+        .map(|level| parse_nccl_debug(level.as_deref()))
+        .transpose()?;
+    Ok(JobOptions {
+        mode,
+        tp_size,
+        nccl_debug,
+    })
+}
+
+/// Lenient reading for the remote side: a bad value (only possible when
+/// submission did not load the plugin) falls back to the default and is
+/// reported in the returned notes.
+pub fn read_lenient(values: &OptionValues, args: &PluginArgs) -> (JobOptions, Vec<String>) {
+    let mut notes = Vec::new();
+    let mode = match values.gpu_health.as_deref() {
+        None => args.default_mode,
+        Some(v) => match Mode::parse(v) {
+            Some(Mode::Off) if !args.allow_off => {
+                notes.push(
+                    "--gpu-health=off is not allowed (allow_off=no); using the default".into(),
+                );
+                args.default_mode
+            }
+            Some(m) => m,
+            None => {
+                notes.push(format!(
+                    "--gpu-health={v:?} is not a mode; using the default"
+                ));
+                args.default_mode
+            }
+        },
+    };
+    let tp_size = match values.tp_size.as_deref().map(parse_tp_size) {
+        None => None,
+        Some(Ok(n)) => Some(n),
+        Some(Err(e)) => {
+            notes.push(format!("{e}; ignored"));
+            None
+        }
+    };
+    let nccl_debug = values.nccl_debug.as_ref().map(|level| {
+        parse_nccl_debug(level.as_deref()).unwrap_or_else(|e| {
+            notes.push(format!("{e}; using {NCCL_DEBUG_DEFAULT}"));
+            NCCL_DEBUG_DEFAULT.to_string()
+        })
+    });
+    (
+        JobOptions {
+            mode,
+            tp_size,
+            nccl_debug,
+        },
+        notes,
+    )
+}
+
+pub fn parse_tp_size(v: &str) -> Result<u32, String> {
+    v.parse::<u32>()
+        .ok()
+        .filter(|n| (1..=MAX_TP_SIZE).contains(n) && !v.starts_with('+'))
+        .ok_or_else(|| format!("--tp-size={v}: expected a whole number in 1..={MAX_TP_SIZE}"))
+}
+
+/// `None` (flag without a level) means INFO; levels are case-insensitive.
+pub fn parse_nccl_debug(level: Option<&str>) -> Result<String, String> {
+    let Some(level) = level else {
+        return Ok(NCCL_DEBUG_DEFAULT.to_string());
+    };
+    let upper = level.to_ascii_uppercase();
+    if NCCL_DEBUG_LEVELS.contains(&upper.as_str()) {
+        Ok(upper)
+    } else {
+        Err(format!(
+            "--nccl-debug={level}: allowed levels are {}",
+            NCCL_DEBUG_LEVELS.join(", ")
+        ))
+    }
+}
+
+/// Per-rank NCCL debug file in the job's working directory; NCCL itself
+/// expands `%h` (host) and `%p` (pid).
+pub fn nccl_debug_file(cwd: Option<&Path>) -> String {
+    match cwd.filter(|c| c.is_absolute()) {
+        Some(c) => c.join("nccl-debug.%h.%p").to_string_lossy().into_owned(),
+        None => "nccl-debug.%h.%p".to_string(),
+    }
+}
+
+/// GPUs per node as srun's environment shows them, when it does.
+pub fn gpus_per_node(env: impl Fn(&str) -> Option<String>) -> Option<u32> {
+    if let Some(n) = env("SLURM_GPUS_ON_NODE").and_then(|v| v.trim().parse::<u32>().ok()) {
+        return Some(n).filter(|&n| n > 0);
+    }
+    let list = env("SLURM_JOB_GPUS")?;
+    let gpus = gpu_health_core::verdict::parse_gpu_list(&list).ok()?;
+    u32::try_from(gpus.len()).ok().filter(|&n| n > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::parse_args;
+    use proptest::prelude::*;
+
+    fn vals(mode: Option<&str>) -> OptionValues {
+        OptionValues {
+            gpu_health: mode.map(str::to_string),
+            ..OptionValues::default()
+        }
+    }
+
+    #[test]
+    fn modes_validate() {
+        let args = PluginArgs::default();
+        assert_eq!(validate(&vals(None), &args).unwrap().mode, Mode::Warn);
+        assert_eq!(
+            validate(&vals(Some("strict")), &args).unwrap().mode,
+            Mode::Strict
+        );
+        assert_eq!(validate(&vals(Some("off")), &args).unwrap().mode, Mode::Off);
+        let e = validate(&vals(Some("bogus")), &args).unwrap_err();
+        assert!(
+            e.contains("bogus") && e.contains("off, warn, strict"),
+            "{e}"
+        );
+        assert!(validate(&vals(Some("Strict")), &args).is_err());
+        assert!(validate(&vals(Some(" warn")), &args).is_err());
+    }
+
+    #[test]
+    fn off_refused_when_not_allowed() {
+        let (args, _) = parse_args(&["allow_off=no", "default_mode=strict"]);
+        let e = validate(&vals(Some("off")), &args).unwrap_err();
+        assert!(
+            e.contains("allow_off=no") && e.contains("warn, strict"),
+            "{e}"
+        );
+        assert_eq!(validate(&vals(None), &args).unwrap().mode, Mode::Strict);
+        let (o, notes) = read_lenient(&vals(Some("off")), &args);
+        assert_eq!(o.mode, Mode::Strict);
+        assert_eq!(notes.len(), 1);
+    }
+
+    #[test]
+    fn tp_and_debug_values() {
+        let args = PluginArgs::default();
+        let v = OptionValues {
+            gpu_health: None,
+            tp_size: Some("8".into()),
+            nccl_debug: Some(None),
+        };
+        let o = validate(&v, &args).unwrap();
+        assert_eq!(o.tp_size, Some(8));
+        assert_eq!(o.nccl_debug.as_deref(), Some("INFO"));
+        for bad in ["0", "-1", "x", "65", "+8", ""] {
+            let v = OptionValues {
+                tp_size: Some(bad.into()),
+                ..OptionValues::default()
+            };
+            assert!(validate(&v, &args).is_err(), "{bad}");
+            assert_eq!(read_lenient(&v, &args).0.tp_size, None);
+        }
+        assert_eq!(parse_nccl_debug(Some("warn")).unwrap(), "WARN");
+        assert!(parse_nccl_debug(Some("loud"))
+            .unwrap_err()
+            .contains("VERSION"));
+    }
+
+    #[test]
+    fn debug_file_lands_in_cwd() {
+        assert_eq!(
+            nccl_debug_file(Some(Path::new("/home/u/run"))),
+            "/home/u/run/nccl-debug.%h.%p"
+        );
+        assert_eq!(nccl_debug_file(None), "nccl-debug.%h.%p");
+        assert_eq!(nccl_debug_file(Some(Path::new("rel"))), "nccl-debug.%h.%p");
+    }
+
+    #[test]
+    fn gpus_from_env() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| p.1.to_string())
+        };
+        assert_eq!(gpus_per_node(env(&[("SLURM_GPUS_ON_NODE", "8")])), Some(8));
+        assert_eq!(gpus_per_node(env(&[("SLURM_JOB_GPUS", "0-3,6")])), Some(5));
+        assert_eq!(gpus_per_node(env(&[])), None);
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_option_values_never_panic(
+            m in proptest::option::of(any::<String>()),
+            t in proptest::option::of(any::<String>()),
+            d in proptest::option::of(proptest::option::of(any::<String>())),
+        ) {
+            let v = OptionValues { gpu_health: m, tp_size: t, nccl_debug: d };
+            let args = PluginArgs::default();
+            let strict = validate(&v, &args);
+            let (lenient, notes) = read_lenient(&v, &args);
+            // Whatever submission accepts, the remote side reads the same.
+            if let Ok(o) = strict {
+                prop_assert_eq!(o, lenient);
+                prop_assert!(notes.is_empty());
+            }
+        }
+    }
+}

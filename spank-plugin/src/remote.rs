@@ -1,0 +1,186 @@
+//! Step side (slurmstepd): the NCCL environment in init_post_opt, the
+//! strict/warn and TP checks in task_init_privileged.
+//!
+//! init_post_opt must always succeed (a failure there drains the node), so
+//! it only sets variables and remembers what the task callbacks need; the
+//! root-only state files are read in task_init_privileged, whose failure
+//! fails the step without draining.
+
+use std::os::raw::c_int;
+use std::path::{Path, PathBuf};
+
+use gpu_health_core::config::{self, Config};
+use gpu_health_core::fabric::nccl::derive_nccl_env;
+use gpu_health_core::fabric::read_fabric;
+use gpu_health_core::topology::check_node_groups;
+use gpu_health_core::verdict::Mode;
+
+use crate::args::PluginArgs;
+use crate::options::{nccl_debug_file, read_lenient, JobOptions, OptionValues};
+use crate::spank::{self, SetEnv, Spank};
+use crate::step_checks::{health_report, job_gpus, read_topology, read_verdict, tp_report};
+
+/// Step ids at or above this are Slurm's special steps (batch script,
+/// extern, interactive): no srun task layout to check there.
+const FIRST_SPECIAL_STEP_ID: u32 = 0xffff_fff0;
+
+/// What init_post_opt learned for the task callbacks (inherited by the
+/// forked task processes).
+#[derive(Debug, Clone)]
+pub struct StepSetup {
+    pub opts: JobOptions,
+    pub node: String,
+    pub state_dir: PathBuf,
+    pub job_id: Option<u32>,
+    pub step_id: Option<u32>,
+}
+
+/// init_post_opt in slurmstepd. Never fails.
+pub fn setup_step(spank: &Spank, values: &OptionValues, args: &PluginArgs) {
+    let (opts, notes) = read_lenient(values, args);
+    for n in notes {
+        spank::error(&format!("gpu-health: {n}"));
+    }
+    let node = node_name(spank);
+    let config = load_config(args, &node);
+    let sysfs_root = args
+        .sysfs_root
+        .clone()
+        .unwrap_or_else(|| config.sysfs_root.clone());
+    set_nccl_env(spank, &sysfs_root, args);
+    if let Some(level) = &opts.nccl_debug {
+        set_var(spank, "NCCL_DEBUG", level, args);
+    }
+    let setup = StepSetup {
+        opts,
+        node,
+        state_dir: config.state_dir,
+        job_id: spank.job_id(),
+        step_id: spank.step_id(),
+    };
+    crate::hooks::with_state(|s| s.remote = Some(setup));
+}
+
+/// The Slurm node name: the job's SLURMD_NODENAME, slurmd's own (several
+/// slurmd may share a host), else the short host name.
+fn node_name(spank: &Spank) -> String {
+    spank
+        .getenv("SLURMD_NODENAME")
+        .or_else(|| std::env::var("SLURMD_NODENAME").ok())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(short_hostname)
+}
+
+fn short_hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its length; gethostname NUL-terminates
+    // when the name fits, and the last byte stays 0 otherwise.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
+    if rc != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let full = String::from_utf8_lossy(&buf[..end]).into_owned();
+    full.split('.').next().unwrap_or_default().to_string()
+}
+
+fn load_config(args: &PluginArgs, node: &str) -> Config {
+    let path = args.config.clone().unwrap_or_else(config::config_path);
+    match config::load(&path, Some(node)) {
+        Ok(c) => c,
+        Err(e) => {
+            spank::error(&format!(
+                "gpu-health: configuration error, using defaults: {e}"
+            ));
+            Config::default()
+        }
+    }
+}
+
+fn set_nccl_env(spank: &Spank, sysfs_root: &Path, args: &PluginArgs) {
+    let fabric = match read_fabric(sysfs_root) {
+        Ok(f) => f,
+        Err(e) => {
+            spank::error(&format!(
+                "gpu-health: RDMA fabric unreadable, no NCCL_IB_* set: {e}"
+            ));
+            return;
+        }
+    };
+    let env = derive_nccl_env(&fabric, &args.nccl);
+    for note in &env.notes {
+        spank::verbose(&format!("gpu-health: {note}"));
+    }
+    for var in &env.vars {
+        set_var(spank, &var.name, &var.value, args);
+    }
+}
+
+/// Set one variable unless the user did (or the admin forces it).
+fn set_var(spank: &Spank, name: &str, value: &str, args: &PluginArgs) {
+    let force = args.nccl_force.iter().any(|n| n == name);
+    match spank.setenv(name, value, force) {
+        SetEnv::Set => spank::verbose(&format!("gpu-health: {name}={value}")),
+        SetEnv::KeptUsers => spank::verbose(&format!("gpu-health: {name} kept as the user set it")),
+        SetEnv::Failed(code) => spank::error(&format!(
+            "gpu-health: cannot set {name}: {}",
+            spank::strerror(code)
+        )),
+    }
+}
+
+/// task_init_privileged: per-task NCCL_DEBUG_FILE, then the verdict and TP
+/// checks. Non-zero refuses the step (every task fails; task 0 explains).
+pub fn check_task(spank: &Spank, setup: &StepSetup) -> c_int {
+    if setup.opts.nccl_debug.is_some() {
+        // Tasks are forked in the job's working directory.
+        let cwd = std::env::current_dir().ok();
+        let file = nccl_debug_file(cwd.as_deref());
+        if let SetEnv::Failed(code) = spank.setenv("NCCL_DEBUG_FILE", &file, false) {
+            spank::error(&format!(
+                "gpu-health: cannot set NCCL_DEBUG_FILE: {}",
+                spank::strerror(code)
+            ));
+        }
+    }
+    let mode = setup.opts.mode;
+    let Some(job_id) = setup.job_id.filter(|_| mode != Mode::Off) else {
+        return 0;
+    };
+    let first_task = spank.task_id() == Some(0);
+    let verdict = read_verdict(&setup.state_dir, job_id);
+    let mut report = health_report(mode, &setup.node, job_id, &verdict);
+
+    let regular_step = setup.step_id.is_some_and(|s| s < FIRST_SPECIAL_STEP_ID);
+    if let (Some(tp), true) = (setup.opts.tp_size, regular_step) {
+        match global_ranks(spank) {
+            Some(ranks) => {
+                let gpus = job_gpus(&verdict, |k| spank.getenv(k));
+                let links = read_topology(&setup.state_dir);
+                let violations = check_node_groups(&ranks, tp, &gpus, links.as_deref());
+                report.merge(tp_report(mode, &setup.node, tp, &violations));
+            }
+            None => {
+                spank::verbose("gpu-health: local-to-global rank map unavailable; TP check skipped")
+            }
+        }
+    }
+    if first_task {
+        for line in report.lines() {
+            spank::error(&line);
+        }
+    }
+    if report.refusals.is_empty() {
+        0
+    } else {
+        -1
+    }
+}
+
+/// Global rank of each local task of this node, by local id.
+fn global_ranks(spank: &Spank) -> Option<Vec<u32>> {
+    let count = spank.local_task_count()?;
+    (0..count)
+        .map(|local| spank.local_to_global(local))
+        .collect()
+}

@@ -1,0 +1,167 @@
+//! What a step hears at launch: the prolog's verdict and the TP placement,
+//! judged by the job's mode. Pure apart from reading the state files.
+
+use std::path::Path;
+
+use gpu_health_core::finding::Action;
+use gpu_health_core::snapshot::{GpuLink, NodeSnapshot};
+use gpu_health_core::topology::TpViolation;
+use gpu_health_core::verdict::{job_findings, JobVerdict, Mode};
+
+/// At most this many TP violations are spelled out (an 8-GPU PCIe node
+/// has 28 non-NVLink pairs per group).
+const MAX_SHOWN: usize = 4;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum VerdictRead {
+    Found(JobVerdict),
+    Missing,
+    Unreadable(String),
+}
+
+/// `<state_dir>/jobs/<job_id>.json`, written by the prolog.
+pub fn read_verdict(state_dir: &Path, job_id: u32) -> VerdictRead {
+    let path = state_dir.join("jobs").join(format!("{job_id}.json"));
+    match std::fs::read(&path) {
+        Ok(bytes) => match serde_json::from_slice::<JobVerdict>(&bytes) {
+            Ok(v) => VerdictRead::Found(v),
+            Err(e) => VerdictRead::Unreadable(format!("{}: {e}", path.display())),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => VerdictRead::Missing,
+        Err(e) => VerdictRead::Unreadable(format!("{}: {e}", path.display())),
+    }
+}
+
+/// The GPU link matrix of `<state_dir>/node-snapshot.json`, if any.
+pub fn read_topology(state_dir: &Path) -> Option<Vec<Vec<GpuLink>>> {
+    let bytes = std::fs::read(state_dir.join("node-snapshot.json")).ok()?;
+    serde_json::from_slice::<NodeSnapshot>(&bytes)
+        .ok()?
+        .topology
+}
+
+/// Messages for the user: refusals stop the step, warnings do not.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepReport {
+    pub refusals: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+impl StepReport {
+    fn add(&mut self, mode: Mode, message: String) {
+        match mode {
+            Mode::Strict => self.refusals.push(message),
+            Mode::Warn => self.warnings.push(message),
+            Mode::Off => {}
+        }
+    }
+
+    pub fn merge(&mut self, other: StepReport) {
+        self.refusals.extend(other.refusals);
+        self.warnings.extend(other.warnings);
+    }
+
+    /// The lines to print, refusals first with how to run anyway.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .refusals
+            .iter()
+            .map(|r| format!("gpu-health: {r}"))
+            .collect();
+        if !self.refusals.is_empty() {
+            out.push(
+                "gpu-health: strict mode refuses this step (--gpu-health=warn runs it anyway)"
+                    .into(),
+            );
+        }
+        out.extend(
+            self.warnings
+                .iter()
+                .map(|w| format!("gpu-health: warning: {w}")),
+        );
+        out
+    }
+}
+
+/// The prolog's findings on the job's GPUs under `mode`.
+pub fn health_report(mode: Mode, node: &str, job_id: u32, verdict: &VerdictRead) -> StepReport {
+    let mut report = StepReport::default();
+    if mode == Mode::Off {
+        return report;
+    }
+    match verdict {
+        VerdictRead::Found(v) => {
+            for f in job_findings(&v.findings, &v.job_gpus) {
+                if f.action < Action::Warn {
+                    continue;
+                }
+                let gpu = match (f.gpu, f.pci.as_deref()) {
+                    (Some(g), Some(pci)) => format!(" GPU{g} ({pci})"),
+                    (Some(g), None) => format!(" GPU{g}"),
+                    _ => String::new(),
+                };
+                report.add(
+                    mode,
+                    format!("node {node}{gpu}: {} [{}]", f.message, f.check),
+                );
+            }
+            if let Some(e) = &v.config_error {
+                report.warnings.push(format!(
+                    "node {node}: gpu-health configuration unusable, checks ran with defaults: {e}"
+                ));
+            }
+        }
+        // Only strict jobs need the verdict to exist: warn jobs run anyway.
+        VerdictRead::Missing if mode == Mode::Strict => report.refusals.push(format!(
+            "node {node}: no gpu-health verdict for job {job_id} (the prolog did not check this node)"
+        )),
+        VerdictRead::Unreadable(e) if mode == Mode::Strict => report
+            .refusals
+            .push(format!("node {node}: gpu-health verdict unreadable: {e}")),
+        VerdictRead::Missing | VerdictRead::Unreadable(_) => {}
+    }
+    report
+}
+
+/// TP placement violations on this node under `mode`, as one message.
+pub fn tp_report(mode: Mode, node: &str, tp: u32, violations: &[TpViolation]) -> StepReport {
+    let mut report = StepReport::default();
+    if violations.is_empty() {
+        return report;
+    }
+    let mut text: Vec<String> = violations
+        .iter()
+        .take(MAX_SHOWN)
+        .map(ToString::to_string)
+        .collect();
+    if violations.len() > MAX_SHOWN {
+        text.push(format!("and {} more", violations.len() - MAX_SHOWN));
+    }
+    report.add(
+        mode,
+        format!("node {node}: --tp-size={tp}: {}", text.join("; ")),
+    );
+    report
+}
+
+/// The job's GPUs on this node in the order local ranks use them: the
+/// verdict's list, else the step's or job's GPU list from the environment.
+pub fn job_gpus(verdict: &VerdictRead, env: impl Fn(&str) -> Option<String>) -> Vec<u32> {
+    if let VerdictRead::Found(v) = verdict {
+        if !v.job_gpus.is_empty() {
+            return v.job_gpus.clone();
+        }
+    }
+    ["SLURM_STEP_GPUS", "SLURM_JOB_GPUS"]
+        .iter()
+        .filter_map(|k| env(k))
+        .find_map(|s| {
+            gpu_health_core::verdict::parse_gpu_list(&s)
+                .ok()
+                .filter(|l| !l.is_empty())
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

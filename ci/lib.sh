@@ -128,6 +128,30 @@ gh_gpu_health_log() { printf '%s/log/gpu-health-%s.log\n' "$GH_DIR" "$1"; }
 gh_slurmd_log() { printf '%s/log/slurmd-%s.log\n' "$GH_DIR" "$1"; }
 gh_slurmctld_log() { printf '%s/log/slurmctld.log\n' "$GH_DIR"; }
 
+# --- processes of the cluster --------------------------------------------
+
+# Is PID alive and started by this cluster? slurm-up gives its daemons the
+# variable GPU_HEALTH_HARNESS_DIR=$GH_DIR; their children (slurmstepd,
+# prologs, jobs) inherit it. A recycled pid never matches.
+gh_is_ours() {
+    [[ -r /proc/$1/environ ]] || return 1
+    tr '\0' '\n' 2>/dev/null <"/proc/$1/environ" | grep -qxF "GPU_HEALTH_HARNESS_DIR=$GH_DIR"
+}
+
+# Live pids of this cluster (not zombies), optionally only those whose
+# command name (comm, 15 characters at most) is COMM.
+gh_marked_pids() {
+    local comm=${1:-} p pid
+    for p in /proc/[0-9]*; do
+        pid=${p#/proc/}
+        [[ $pid == "$$" || $pid == "$BASHPID" ]] && continue
+        [[ -z $comm || $(cat "$p/comm" 2>/dev/null) == "$comm" ]] || continue
+        [[ $(awk '{ print $3 }' "$p/stat" 2>/dev/null) == Z ]] && continue
+        gh_is_ours "$pid" && printf '%s\n' "$pid"
+    done
+    return 0
+}
+
 # --- Slurm queries -------------------------------------------------------
 
 # Base state of a node, lower case, without flags: idle, alloc, mix, down...
@@ -201,14 +225,38 @@ gh_reset_cluster() {
         rm -rf "${GH_DIR:?}/$node/state"
         mkdir -p "$GH_DIR/$node/state"
     done
-    # Only what the harness caused; RESUME of an idle node is an error, so
-    # ask per node.
-    for node in $(gh_nodes); do
-        if [[ $(gh_node_state "$node") == *drain* || $(gh_node_state "$node") == down* ]]; then
-            scontrol update "NodeName=$node" State=RESUME || true
-        fi
-    done
+    for node in $(gh_nodes); do gh_resume_node "$node" || true; done
     for node in $(gh_nodes); do
         gh_wait_node_state "$node" idle 60 || return 1
     done
 }
+
+# gh_sbatch_wait TIMEOUT_S ARGS...: submit with --wait; sets GH_JOB (id)
+# and GH_JOB_RC (sbatch's exit status: the job's, or 124 on timeout).
+gh_sbatch_wait() {
+    local limit=$1 out
+    shift
+    GH_JOB_RC=0
+    out=$(timeout "$limit" sbatch --parsable --wait --output="$GH_DIR/jobs/%j.out" \
+        --chdir="$GH_DIR/jobs" "$@") || GH_JOB_RC=$?
+    GH_JOB=$(printf '%s\n' "$out" | head -n1 | cut -d';' -f1)
+}
+
+# Content of a file, nothing when it does not exist (for assertions).
+gh_cat() { cat "$@" 2>/dev/null || true; }
+
+# Resume a node when it is drained or down (RESUME of an idle node is an
+# error in Slurm).
+gh_resume_node() {
+    local state
+    state=$(gh_node_state "$1")
+    if [[ $state == *drain* || $state == down* ]]; then
+        scontrol update "NodeName=$1" State=RESUME
+    fi
+}
+
+# Job output file.
+gh_job_out() { printf '%s/jobs/%s.out\n' "$GH_DIR" "$1"; }
+
+# shellcheck source=ci/assert.sh
+source "$GH_REPO/ci/assert.sh"

@@ -1,0 +1,205 @@
+//! node_exporter textfile with the figures of this node's most recent
+//! jobs. The list of recent records is kept in the state directory
+//! (`recent-jobs.json`); the textfile is replaced by atomic rename.
+
+use std::fmt::Write as _;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::record::JobRecord;
+use super::store::{lock_exclusive, StoreError};
+use crate::state;
+
+/// How many jobs the textfile shows (one series per GPU each: 8-GPU jobs
+/// give a few hundred series).
+pub const RECENT_JOBS: usize = 16;
+
+fn recent_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("recent-jobs.json")
+}
+
+/// Add `record` to the recent list and rewrite the textfile.
+pub fn update(state_dir: &Path, textfile: &Path, record: &JobRecord) -> Result<(), StoreError> {
+    state::ensure_private_dir(state_dir)?;
+    // Serialise concurrent epilogs: the list is read, changed, written.
+    let lock_path = state_dir.join("recent-jobs.lock");
+    let lock = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&lock_path)
+        .map_err(|source| StoreError::Io {
+            path: lock_path.clone(),
+            source,
+        })?;
+    lock_exclusive(&lock, &lock_path, Duration::from_secs(2))?;
+    let path = recent_path(state_dir);
+    let mut recent: Vec<JobRecord> = match state::load_json(&path) {
+        Ok(r) => r.unwrap_or_default(),
+        Err(e) => {
+            log::warn!("recent job list unusable, starting a new one: {e}");
+            Vec::new()
+        }
+    };
+    recent.retain(|r| r.job_id != record.job_id);
+    recent.push(record.clone());
+    if recent.len() > RECENT_JOBS {
+        recent.drain(..recent.len() - RECENT_JOBS);
+    }
+    state::save_json(&path, &recent, false)?;
+    write_textfile(textfile, &render(&recent))
+}
+
+/// Readable by node_exporter (which does not run as root): mode 0644.
+fn write_textfile(path: &Path, text: &str) -> Result<(), StoreError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("gpu-health.prom");
+    // node_exporter reads only *.prom: the temporary name must not match.
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let err = |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .map_err(err)?;
+    let r = f
+        .write_all(text.as_bytes())
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = r {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(err(e));
+    }
+    Ok(())
+}
+
+/// Label values: backslash, quote and newline escaped.
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    value: fn(&super::record::GpuRecord) -> Option<f64>,
+}
+
+const GPU_FAMILIES: &[Family] = &[
+    Family {
+        name: "gpu_health_job_gpu_energy_joules",
+        help: "GPU energy used by the job (energy counter difference)",
+        value: |g| g.energy_j,
+    },
+    Family {
+        name: "gpu_health_job_gpu_mean_power_watts",
+        help: "Mean GPU power over the job",
+        value: |g| g.mean_power_w,
+    },
+    Family {
+        name: "gpu_health_job_gpu_peak_memory_bytes",
+        help: "Largest GPU memory use of the job's processes",
+        value: |g| g.peak_memory_bytes.map(|v| v as f64),
+    },
+    Family {
+        name: "gpu_health_job_gpu_memory_total_bytes",
+        help: "GPU memory size",
+        value: |g| g.memory_total_bytes.map(|v| v as f64),
+    },
+    Family {
+        name: "gpu_health_job_gpu_ecc_corrected_errors",
+        help: "Corrected ECC errors during the job",
+        value: |g| g.ecc_corrected_delta.map(|v| v as f64),
+    },
+    Family {
+        name: "gpu_health_job_gpu_ecc_uncorrected_errors",
+        help: "Uncorrected ECC errors during the job",
+        value: |g| g.ecc_uncorrected_delta.map(|v| v as f64),
+    },
+    Family {
+        name: "gpu_health_job_gpu_nvlink_errors",
+        help: "NVLink errors during the job",
+        value: |g| g.nvlink_errors_delta.map(|v| v as f64),
+    },
+    Family {
+        name: "gpu_health_job_gpu_pcie_replays",
+        help: "PCIe replays during the job",
+        value: |g| g.pcie_replay_delta.map(|v| v as f64),
+    },
+];
+
+/// Name, help, value of a per-job series.
+type JobFamily = (&'static str, &'static str, fn(&JobRecord) -> Option<f64>);
+
+/// Pure: the textfile for `records` (absent figures have no sample).
+pub fn render(records: &[JobRecord]) -> String {
+    let mut out = String::new();
+    let job_labels = |r: &JobRecord| {
+        format!(
+            "job=\"{}\",user=\"{}\"",
+            esc(&r.job_id),
+            esc(r.user.as_deref().unwrap_or(""))
+        )
+    };
+    for fam in GPU_FAMILIES {
+        let _ = writeln!(out, "# HELP {} {}", fam.name, fam.help);
+        let _ = writeln!(out, "# TYPE {} gauge", fam.name);
+        for r in records {
+            for g in &r.gpus {
+                if let Some(v) = (fam.value)(g).filter(|v| v.is_finite()) {
+                    let _ = writeln!(
+                        out,
+                        "{}{{{},gpu=\"{}\"}} {v}",
+                        fam.name,
+                        job_labels(r),
+                        g.index
+                    );
+                }
+            }
+        }
+    }
+    let job_families: [JobFamily; 3] = [
+        (
+            "gpu_health_job_duration_seconds",
+            "Job duration on this node",
+            |r| r.duration_s,
+        ),
+        (
+            "gpu_health_job_end_timestamp_seconds",
+            "When the job ended (Unix time)",
+            |r| Some(r.end_ms as f64 / 1000.0),
+        ),
+        (
+            "gpu_health_job_xid_events",
+            "Xid events on the job's GPUs during the job",
+            |r| {
+                r.xids_absent_reason
+                    .is_none()
+                    .then_some(r.xids.len() as f64)
+            },
+        ),
+    ];
+    for (name, help, value) in job_families {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        for r in records {
+            if let Some(v) = value(r).filter(|v| v.is_finite()) {
+                let _ = writeln!(out, "{name}{{{}}} {v}", job_labels(r));
+            }
+        }
+    }
+    out
+}

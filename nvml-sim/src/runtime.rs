@@ -9,6 +9,7 @@ use crate::abi::{
 use crate::scenario::{Scenario, ScenarioError, MAX_GPUS};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_void, CStr, CString, OsStr};
+use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -54,7 +55,8 @@ pub fn init(call: &str) -> NvmlReturn {
         } else {
             match load_scenario() {
                 Err((code, why)) => {
-                    eprintln!("nvml-sim: {why}");
+                    // A closed or broken stderr must not turn into a panic.
+                    let _ = writeln!(std::io::stderr(), "nvml-sim: {why}");
                     st.init_failure = Some((code, leak_message(code, &why)));
                     (code, None)
                 }

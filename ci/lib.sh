@@ -20,7 +20,9 @@
 # Used by the scripts that source this file.
 # shellcheck disable=SC2034
 GH_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-GH_DIR=${GPU_HEALTH_SLURM_DIR:-/tmp/gpu-health-slurm}
+# One cluster directory per checkout, so that clusters of several
+# checkouts on one machine do not meet.
+GH_DIR=${GPU_HEALTH_SLURM_DIR:-/tmp/gpu-health-slurm.$(printf '%s' "$GH_REPO" | cksum | cut -d' ' -f1)}
 GH_BIN_DIR=${GPU_HEALTH_BIN_DIR:-$GH_REPO/target/release}
 GH_SCENARIO_DIR=${GPU_HEALTH_SCENARIO_DIR:-$GH_REPO/nvml-sim/scenarios}
 # nvml-sim library: the built cdylib, or an installed copy.
@@ -33,6 +35,9 @@ gh_die() {
     printf 'ERROR: %s\n' "$*" >&2
     exit 1
 }
+
+# Print the comment block at the top of the running script (its --help).
+gh_usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 
 # Re-point every derived path at another cluster directory (--dir).
 gh_set_dir() {
@@ -127,6 +132,41 @@ gh_restore_dropin() {
 gh_gpu_health_log() { printf '%s/log/gpu-health-%s.log\n' "$GH_DIR" "$1"; }
 gh_slurmd_log() { printf '%s/log/slurmd-%s.log\n' "$GH_DIR" "$1"; }
 gh_slurmctld_log() { printf '%s/log/slurmctld.log\n' "$GH_DIR"; }
+
+# Install the Debian packages the cluster and the build need, when missing.
+gh_install_packages() {
+    local missing=()
+    command -v slurmctld >/dev/null || missing+=(slurmctld)
+    command -v slurmd >/dev/null || missing+=(slurmd)
+    command -v sbatch >/dev/null || missing+=(slurm-client)
+    command -v munged >/dev/null || missing+=(munge)
+    [[ -f /usr/include/slurm/spank.h ]] || missing+=(libslurm-dev)
+    dpkg -s slurm-wlm >/dev/null 2>&1 || missing+=(slurm-wlm)
+    command -v python3 >/dev/null || missing+=(python3)
+    command -v ss >/dev/null || missing+=(iproute2)
+    ((${#missing[@]})) || return 0
+    command -v apt-get >/dev/null || gh_die "missing ${missing[*]} and no apt-get to install them"
+    gh_say "installing ${missing[*]} (Debian packages)"
+    # Keep the packages' own services (munge, slurmd, slurmctld) from being
+    # started by the installation: the harness runs its own daemons.
+    local policy=/usr/sbin/policy-rc.d own_policy=0
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod 755 "$policy"
+        own_policy=1
+    fi
+    local rc=0 log=/tmp/gpu-health-apt.$$.log
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >"$log" 2>&1 || {
+        DEBIAN_FRONTEND=noninteractive apt-get update -q >>"$log" 2>&1 &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >>"$log" 2>&1
+    } || rc=$?
+    ((own_policy)) && rm -f "$policy"
+    if ((rc)); then
+        tail -n 20 "$log" >&2
+        gh_die "apt-get install ${missing[*]} failed (log: $log)"
+    fi
+    rm -f "$log"
+}
 
 # --- processes of the cluster --------------------------------------------
 

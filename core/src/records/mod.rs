@@ -15,6 +15,7 @@ mod read;
 mod record;
 mod start;
 mod store;
+mod summary;
 
 pub use compute::{
     build_record, counter_delta, delta_findings, describe_nvml_failure, during_job, energy_j,
@@ -29,6 +30,7 @@ pub use store::{
     append_lines, flush_pending, jobs_file, pending_dir, spool, store_line, StoreError, Stored,
     JOBS_FILE,
 };
+pub use summary::{memory_pct, parse_since, summarize, JobSummary, SummaryGpu};
 
 #[cfg(test)]
 mod tests;

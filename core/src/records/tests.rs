@@ -341,3 +341,57 @@ fn prometheus_text_escapes_and_skips_absent() {
     assert!(text.contains("# TYPE gpu_health_job_duration_seconds gauge"));
     assert!(text.contains("gpu_health_job_duration_seconds{job=\"42\",user=\"a\\\"b\\\\c\"} 100\n"));
 }
+
+#[test]
+fn since_dates() {
+    assert_eq!(parse_since("1970-01-01"), Ok(0));
+    assert_eq!(parse_since("2000-03-01"), Ok(951_868_800_000));
+    assert_eq!(parse_since("2000-02-29T01:02"), Ok(951_782_400_000 + 3_720_000));
+    assert_eq!(parse_since("2000-02-29 01:02:03Z"), Ok(951_782_400_000 + 3_723_000));
+    for bad in ["2025-02-30", "2025-13-01", "25-01-01", "2025-01-01T24:00", "yesterday", "", "2025-01-01T1"] {
+        assert!(parse_since(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn jobs_sum_across_nodes() {
+    let meta = JobMeta {
+        user: Some("alice".into()),
+        ..JobMeta::default()
+    };
+    let before = node(T0, vec![gpu(0, Some(0)), gpu(1, Some(0))]);
+    let start = start_of(&before, &[0, 1]);
+    let mut g0 = gpu(0, Some(1_000_000));
+    g0.accounted_processes = vec![proc_(T0 + 1, Some(20 << 30))];
+    let mut g1 = gpu(1, None);
+    g1.accounted_processes = vec![proc_(T0 + 1, Some(60 << 30))];
+    g1.ecc = Some(EccCounts {
+        volatile_corrected: 2,
+        ..EccCounts::default()
+    });
+    let after = node(T0 + 1000, vec![g0, g1]);
+    let mut a = build_record(Ok(&start), end(&meta, &[0, 1], &after));
+    let mut b = a.clone();
+    b.node = "n2".into();
+    b.end_ms += 5;
+    a.drained = Some("gpu-health: x (drain)".into());
+    let other = JobRecord {
+        job_id: "43".into(),
+        ..a.clone()
+    };
+    let jobs = summarize(&[a, other, b]);
+    assert_eq!(jobs.len(), 2);
+    let j = jobs.iter().find(|j| j.job_id == "42").unwrap();
+    assert_eq!(j.nodes, ["n1", "n2"]);
+    assert_eq!(j.gpus.len(), 4);
+    assert_eq!(j.energy_j, Some(2000.0));
+    assert_eq!(j.energy_kwh, Some(2000.0 / 3.6e6));
+    assert_eq!(j.gpus_without_energy, 2);
+    assert_eq!(j.mean_power_w, Some(2000.0));
+    assert_eq!(j.peak_memory_bytes, Some(60 << 30));
+    assert_eq!(j.peak_memory_pct, Some(75.0));
+    assert_eq!(j.ecc_corrected_delta, 4);
+    assert_eq!(j.drained, ["n1: gpu-health: x (drain)"]);
+    assert_eq!(j.user.as_deref(), Some("alice"));
+    assert_eq!(jobs[1].job_id, "42", "ordered by last end");
+}

@@ -1,0 +1,219 @@
+//! Xid engine benchmarks (figures in docs/benchmarks.md, "Kernel log").
+//!
+//! - full parse of a generated 1,000,000-line syslog-format kernel log, and
+//!   `grep -c 'NVRM: Xid'` on the same file in the same run;
+//! - the prolog's incremental scan of that file after 100 new lines;
+//! - a scan of a full kmsg ring (16k records, in memory), and of the
+//!   host's /dev/kmsg when it is readable (read only).
+//!
+//! Run: `cargo bench -p gpu-health-core --bench xid`.
+
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use gpu_health_core::snapshot::NodeSnapshot;
+use gpu_health_core::xid::{
+    commit, read_since, read_source, scan, Cursor, KmsgSource, LogSource, MemoryRing, XidConfig,
+    XidState,
+};
+
+const HISTORY_LINES: usize = 1_000_000;
+const NOW_MS: u64 = 1_795_962_600_000;
+
+/// A plausible kernel/syslog line mix; one Xid per 10,000 lines, one
+/// other NVRM line per 1,000, the rest noise.
+fn log_line(i: usize) -> String {
+    let (h, m, s) = ((i / 3600) % 24, (i / 60) % 60, i % 60);
+    let stamp = format!("Nov 29 {h:02}:{m:02}:{s:02} gpu017");
+    let mono = i as f64 * 0.137;
+    match i % 10_000 {
+        0 => format!(
+            "{stamp} kernel: [{mono:12.6}] NVRM: Xid (PCI:0000:18:00): 31, pid={}, name=python3, Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f2a_4c000000",
+            1000 + i % 50_000
+        ),
+        n if n % 1000 == 500 => format!(
+            "{stamp} kernel: [{mono:12.6}] NVRM: GPU at PCI:0000:18:00: GPU-4f1b2c3d-0000-4000-8000-0123456789ab"
+        ),
+        n if n % 3 == 0 => format!(
+            "{stamp} slurmd[2211]: launch task StepId={}.0 request from UID:1000 GID:1000 HOST:10.0.0.{} PORT:5432",
+            i / 7,
+            i % 250
+        ),
+        n if n % 3 == 1 => format!(
+            "{stamp} systemd[1]: Started session-{}.scope - Session {} of User alice.",
+            i % 9999,
+            i % 9999
+        ),
+        _ => format!(
+            "{stamp} kernel: [{mono:12.6}] e1000e 0000:00:1f.6 eno1: NIC Link is Up 1000 Mbps Full Duplex, Flow Control: Rx/Tx"
+        ),
+    }
+}
+
+fn write_log(path: &Path, from: usize, to: usize, append: bool) {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(append)
+        .write(true)
+        .truncate(!append)
+        .open(path)
+        .expect("bench log");
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+    for i in from..to {
+        writeln!(w, "{}", log_line(i)).expect("write");
+    }
+    w.flush().expect("flush");
+}
+
+fn min_time(runs: usize, mut f: impl FnMut()) -> Duration {
+    (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .min()
+        .unwrap_or_default()
+}
+
+fn grep_count(path: &Path) -> usize {
+    let out = Command::new("grep")
+        .arg("-c")
+        .arg("NVRM: Xid")
+        .arg(path)
+        .output()
+        .expect("grep");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+fn benches(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("kern.log");
+    let cursor = dir.path().join("xid-cursor.json");
+    write_log(&log, 0, HISTORY_LINES, false);
+    let cfg = XidConfig::default();
+    let snap = NodeSnapshot::default();
+    let size = std::fs::metadata(&log).expect("log").len();
+
+    // The grep ratio, measured side by side (best of 5 each).
+    let parse_all = || read_since(&log, None, &cfg, &snap, NOW_MS).expect("read");
+    let events = parse_all().events.len();
+    let grep_hits = grep_count(&log);
+    assert_eq!(events, grep_hits, "parser and grep disagree");
+    let ours = min_time(5, || {
+        parse_all();
+    });
+    let grep = min_time(5, || {
+        grep_count(&log);
+    });
+    eprintln!(
+        "xid full parse: {} lines, {:.1} MB, {events} Xids: ours {:.1} ms, grep -c {:.1} ms, ratio {:.2}",
+        HISTORY_LINES,
+        size as f64 / 1e6,
+        ours.as_secs_f64() * 1e3,
+        grep.as_secs_f64() * 1e3,
+        ours.as_secs_f64() / grep.as_secs_f64()
+    );
+
+    let mut g = c.benchmark_group("xid_full_parse_1m_lines");
+    g.sample_size(10).measurement_time(Duration::from_secs(4));
+    g.bench_function("gpu_health_read_since", |b| b.iter(parse_all));
+    g.bench_function("grep_c_nvrm_xid", |b| b.iter(|| grep_count(&log)));
+    g.finish();
+
+    // Incremental: cursor at the end of the history, 100 new lines.
+    let history_end = parse_all().cursor.expect("cursor");
+    commit(
+        &cursor,
+        &XidState {
+            version: 1,
+            cursor: Some(history_end.clone()),
+            history: Default::default(),
+        },
+    )
+    .expect("commit");
+    write_log(&log, HISTORY_LINES, HISTORY_LINES + 100, true);
+    let mut g = c.benchmark_group("xid_incremental_1m_history_100_new");
+    g.sample_size(50).measurement_time(Duration::from_secs(3));
+    g.bench_function("read_since_cursor", |b| {
+        b.iter(|| read_since(&log, Some(&history_end), &cfg, &snap, NOW_MS).expect("read"))
+    });
+    // The prolog's call: loads the cursor file, reads, judges (no commit).
+    g.bench_function("scan_with_cursor_file", |b| {
+        b.iter(|| scan(&log, &cursor, &cfg, &snap, NOW_MS))
+    });
+    g.finish();
+
+    // A full kmsg ring: 16k records of ~120 bytes (a 2 MiB ring).
+    let ring_text: String = (0..16_384)
+        .map(|i| {
+            let body = log_line(i);
+            let msg = body.split_once("] ").map_or(body.as_str(), |(_, m)| m);
+            format!("4,{i},{},-;{msg}\n SUBSYSTEM=pci\n", i as u64 * 137_000)
+        })
+        .collect();
+    let ring = MemoryRing::from_dump(ring_text.as_bytes());
+    let at_end = Cursor::Kmsg {
+        boot_id: String::new(),
+        next_seq: 16_384,
+    };
+    let ring_cfg = XidConfig {
+        boot_id_path: dir.path().join("boot_id"),
+        uptime_path: dir.path().join("uptime"),
+        ..XidConfig::default()
+    };
+    std::fs::write(&ring_cfg.boot_id_path, "").expect("boot id");
+    std::fs::write(&ring_cfg.uptime_path, "3000.0 1.0\n").expect("uptime");
+    let mut g = c.benchmark_group("xid_kmsg_ring_16k_records");
+    g.sample_size(20).measurement_time(Duration::from_secs(3));
+    g.bench_function("memory_ring_from_start", |b| {
+        let mut r = ring.clone();
+        b.iter(|| {
+            r.rewind().expect("rewind");
+            read_source(LogSource::Kmsg(&mut r), None, &ring_cfg, &snap, NOW_MS).expect("ring")
+        })
+    });
+    g.bench_function("memory_ring_nothing_new", |b| {
+        let mut r = ring.clone();
+        b.iter(|| {
+            r.rewind().expect("rewind");
+            read_source(
+                LogSource::Kmsg(&mut r),
+                Some(&at_end),
+                &ring_cfg,
+                &snap,
+                NOW_MS,
+            )
+            .expect("ring")
+        })
+    });
+    // The host's own ring, read only, when this user may read it.
+    let dev = Path::new("/dev/kmsg");
+    if let Ok(first) = read_since(dev, None, &cfg, &snap, NOW_MS) {
+        let records = match &first.cursor {
+            Some(Cursor::Kmsg { next_seq, .. }) => *next_seq,
+            _ => 0,
+        };
+        eprintln!(
+            "xid /dev/kmsg: next seq {records}, {} Xids",
+            first.events.len()
+        );
+        g.bench_function("dev_kmsg_from_start", |b| {
+            b.iter(|| read_since(dev, None, &cfg, &snap, NOW_MS).expect("kmsg"))
+        });
+        let end = first.cursor.clone();
+        g.bench_function("dev_kmsg_nothing_new", |b| {
+            b.iter(|| read_since(dev, end.as_ref(), &cfg, &snap, NOW_MS).expect("kmsg"))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(xid_benches, benches);
+criterion_main!(xid_benches);

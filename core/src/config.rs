@@ -144,9 +144,11 @@ impl Config {
             ));
         }
         let t = &self.thresholds;
-        if !(t.sbe_warn_per_hour.is_finite() && t.sbe_warn_per_hour >= 0.0)
-            || !(t.sbe_fatal_per_hour.is_finite() && t.sbe_fatal_per_hour >= t.sbe_warn_per_hour)
-        {
+        let rates_ok = t.sbe_warn_per_hour.is_finite()
+            && t.sbe_warn_per_hour >= 0.0
+            && t.sbe_fatal_per_hour.is_finite()
+            && t.sbe_fatal_per_hour >= t.sbe_warn_per_hour;
+        if !rates_ok {
             return bad("thresholds: need 0 <= sbe_warn_per_hour <= sbe_fatal_per_hour".into());
         }
         if !(t.min_power_limit_ratio.is_finite() && (0.0..=1.0).contains(&t.min_power_limit_ratio))

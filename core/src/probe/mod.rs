@@ -118,7 +118,10 @@ fn child_main(library: Option<&Path>, opts: ProbeOptions, out: OwnedFd) -> ! {
     }
     let snap = probe_in_process(library, opts);
     let mut file = std::fs::File::from(out);
-    let ok = serde_json::to_writer(&mut file, &snap).is_ok();
+    // One write: the parent polls per read, and unbuffered serde output
+    // would cost thousands of system calls.
+    let ok = serde_json::to_vec(&snap)
+        .is_ok_and(|bytes| std::io::Write::write_all(&mut file, &bytes).is_ok());
     drop(file);
     // SAFETY: _exit skips atexit handlers and destructors that belong to
     // the parent (the NVML library's own teardown may block).

@@ -183,19 +183,18 @@ fn probe_device(dev: &mut Device<'_>, index: u32, opts: ProbeOptions) -> GpuSnap
         .map(|t| t.bits());
     let persistence = r.get("persistence", dev.is_in_persistent_mode());
     let mut accounting = r.get("accounting mode", dev.is_accounting_enabled());
-    if opts.enable_accounting && accounting == Some(false) {
-        if r.get("enable accounting", dev.set_accounting(true))
+    if opts.enable_accounting
+        && accounting == Some(false)
+        && r.get("enable accounting", dev.set_accounting(true))
             .is_some()
-        {
-            accounting = Some(true);
-        }
+    {
+        accounting = Some(true);
     }
     let processes = if opts.accounting_processes && accounting == Some(true) {
         read_accounting(&mut r, dev)
     } else {
         Vec::new()
     };
-    drop(r);
     gpu.uuid = uuid;
     gpu.name = name;
     gpu.pci_bus_id = pci;

@@ -95,7 +95,9 @@ pub fn health_report(mode: Mode, node: &str, job_id: u32, verdict: &VerdictRead)
                 if f.action < Action::Warn {
                     continue;
                 }
+                // Name the GPU unless the finding's own text already does.
                 let gpu = match (f.gpu, f.pci.as_deref()) {
+                    (Some(g), _) if names_gpu(&f.message, g) => String::new(),
                     (Some(g), Some(pci)) => format!(" GPU{g} ({pci})"),
                     (Some(g), None) => format!(" GPU{g}"),
                     _ => String::new(),
@@ -121,6 +123,17 @@ pub fn health_report(mode: Mode, node: &str, job_id: u32, verdict: &VerdictRead)
         VerdictRead::Missing | VerdictRead::Unreadable(_) => {}
     }
     report
+}
+
+/// Does `text` mention `GPU<g>` (and not `GPU<g>0`)?
+fn names_gpu(text: &str, g: u32) -> bool {
+    let word = format!("GPU{g}");
+    text.match_indices(&word).any(|(i, _)| {
+        !text[i + word.len()..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_digit())
+    })
 }
 
 /// TP placement violations on this node under `mode`, as one message.

@@ -29,7 +29,7 @@ fn strict_refuses_warning_on_the_jobs_gpu_naming_node_gpu_finding() {
     let r = health_report(Mode::Strict, "n1", 42, &verdict(vec![pcie_warn(3)]));
     assert_eq!(r.refusals.len(), 1);
     let line = &r.lines()[0];
-    assert!(line.contains("node n1 GPU3 (0000:3b:00.0)"), "{line}");
+    assert!(line.contains("node n1: GPU3 PCIe link"), "{line}");
     assert!(
         line.contains("Gen3 x8") && line.contains("[pcie-link]"),
         "{line}"
@@ -42,7 +42,18 @@ fn warn_prints_the_same_as_a_warning() {
     let r = health_report(Mode::Warn, "n1", 42, &verdict(vec![pcie_warn(2)]));
     assert!(r.refusals.is_empty());
     assert_eq!(r.warnings.len(), 1);
-    assert!(r.lines()[0].starts_with("gpu-health: warning: node n1 GPU2"));
+    assert!(r.lines()[0].starts_with("gpu-health: warning: node n1: GPU2"));
+}
+
+#[test]
+fn gpu_is_named_when_the_finding_text_does_not() {
+    let mut f = pcie_warn(3);
+    f.message = "PCIe link degraded; also see GPU30".into();
+    let r = health_report(Mode::Strict, "n1", 42, &verdict(vec![f]));
+    assert!(
+        r.refusals[0].starts_with("node n1 GPU3 (0000:3b:00.0): PCIe"),
+        "{r:?}"
+    );
 }
 
 #[test]

@@ -1,0 +1,188 @@
+# shellcheck shell=bash disable=SC2016 # job commands expand $SLURM_* on the node
+# End-to-end tests of the gpu_health SPANK plugin (issue 5). Run by
+# ci/e2e/run, which resets the cluster before each test_* function.
+#
+# Tests that change plugstack.conf or a node's drop-in save them first and
+# put them back when the test ends (EXIT trap of the test's own shell).
+
+# shellcheck source=ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+
+SPANK_FIXTURES=$GH_REPO/core/tests/fixtures/sysfs
+IB_HCAS="=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_4:1,mlx5_6:1,mlx5_7:1"
+
+spank_plugstack() { printf '%s/etc/plugstack.conf\n' "$GH_DIR"; }
+
+# Save plugstack.conf and the drop-ins of n1, n2; restored at test end.
+spank_save_config() {
+    local f
+    for f in "$(spank_plugstack)" "$(gh_dropin n1)" "$(gh_dropin n2)"; do
+        cp "$f" "$f.spank-saved"
+    done
+    trap spank_restore_config EXIT
+}
+
+spank_restore_config() {
+    local f
+    for f in "$(spank_plugstack)" "$(gh_dropin n1)" "$(gh_dropin n2)"; do
+        if [[ -f $f.spank-saved ]]; then mv -f "$f.spank-saved" "$f"; fi
+    done
+}
+
+# spank_plugin_args ARGS...: the plugin's plugstack line gets ARGS instead
+# of the harness's sysfs_root= (so that each node's drop-in decides).
+spank_plugin_args() {
+    local f line
+    f=$(spank_plugstack)
+    line=$(grep -m1 'libgpu_health_spank' "$f") || {
+        fail "plugstack.conf has no gpu_health line (plugin not built?)"
+        return 1
+    }
+    line=$(printf '%s\n' "$line" | sed 's/ sysfs_root=[^ ]*//')
+    {
+        grep -v 'libgpu_health_spank' "$f"
+        printf '%s %s\n' "$line" "$*"
+    } >"$f.tmp.$$"
+    mv -f "$f.tmp.$$" "$f"
+}
+
+# spank_node_fabric NODE FIXTURE: the node's sysfs is the fixture tree.
+spank_node_fabric() {
+    printf 'sysfs_root = "%s/%s"\n' "$SPANK_FIXTURES" "$2" >>"$(gh_dropin "$1")"
+}
+
+# Exit status and combined output of a command: sets OUT and RC.
+run_capture() {
+    RC=0
+    OUT=$(timeout 90 "$@" 2>&1) || RC=$?
+}
+
+# 1. A bad --gpu-health value is refused at submission, listing the
+#    allowed values; no job reaches slurmctld.
+test_bad_mode_refused_at_submission() {
+    local before after
+    before=$(squeue -h -o %i | wc -l)
+    run_capture sbatch --gpu-health=bogus --wrap true
+    assert_eq "$RC" 1 "sbatch --gpu-health=bogus exits 1"
+    assert_contains "$OUT" "--gpu-health=bogus" "the message names the bad value"
+    assert_contains "$OUT" "off, warn, strict" "the message lists the allowed values"
+    after=$(squeue -h -o %i | wc -l)
+    assert_eq "$after" "$before" "no job was queued"
+    run_capture srun --tp-size=0 true
+    assert_eq "$RC" 1 "srun --tp-size=0 is refused"
+    assert_contains "$OUT" "--tp-size=0" "the message names the bad --tp-size"
+}
+
+# 2. NCCL variables derived from each node's fabric; a value the user set
+#    survives.
+test_nccl_env_from_fabric_keeps_users_value() {
+    GH_FOCUS="n1 n2"
+    spank_save_config
+    spank_plugin_args default_mode=warn
+    spank_node_fabric n1 ib-ndr8-one-down
+    spank_node_fabric n2 roce-v2
+    run_capture env NCCL_IB_TIMEOUT=19 srun -w n1 --gpu-health=strict env
+    assert_eq "$RC" 0 "srun --gpu-health=strict env runs on n1 (IB fixture)"
+    assert_contains "$OUT" "NCCL_IB_HCA=$IB_HCAS" "NCCL_IB_HCA lists the 7 ACTIVE IB ports exactly"
+    assert_contains "$OUT" "NCCL_IB_TIMEOUT=19" "the user's NCCL_IB_TIMEOUT survives"
+    assert_not_contains "$OUT" "NCCL_IB_TIMEOUT=22" "the derived NCCL_IB_TIMEOUT does not replace it"
+    assert_not_contains "$OUT" "NCCL_IB_GID_INDEX" "no GID index on InfiniBand"
+    run_capture srun -w n2 env
+    assert_contains "$OUT" "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1" "RoCE node n2 gets its two ports"
+    assert_contains "$OUT" "NCCL_IB_GID_INDEX=3" "RoCE v2 IPv4 GID index 3 on n2"
+    assert_contains "$OUT" "NCCL_IB_TIMEOUT=22" "default NCCL_IB_TIMEOUT 22 on n2"
+}
+
+# 3. Admin settings: nccl_set, nccl_ib_tc, nccl_force; a plugstack typo is
+#    reported to the user and breaks nothing.
+test_admin_arguments_and_typos() {
+    GH_FOCUS="n1"
+    spank_save_config
+    spank_plugin_args nccl_set=NCCL_NET_GDR_LEVEL=PHB nccl_ib_tc=106 nccl_force=NCCL_IB_TIMEOUT nccl_ib_timout=20
+    spank_node_fabric n1 ib-ndr8-one-down
+    run_capture env NCCL_IB_TIMEOUT=19 srun -w n1 env
+    assert_eq "$RC" 0 "srun runs despite the unknown plugstack key"
+    assert_contains "$OUT" 'plugstack.conf argument "nccl_ib_timout=20"' "the typo is shown to the user"
+    assert_contains "$OUT" "NCCL_IB_TIMEOUT=22" "nccl_force replaces the user's NCCL_IB_TIMEOUT"
+    assert_contains "$OUT" "NCCL_NET_GDR_LEVEL=PHB" "nccl_set reaches the job"
+    assert_contains "$OUT" "NCCL_IB_TC=106" "nccl_ib_tc reaches the job"
+}
+
+# 4. --nccl-debug: NCCL_DEBUG and a per-rank debug file in the job's cwd.
+test_nccl_debug() {
+    local dir=$GH_DIR/jobs/ncclwd
+    mkdir -p "$dir"
+    run_capture srun -w n1 --chdir="$dir" --nccl-debug env
+    assert_contains "$OUT" "NCCL_DEBUG=INFO" "--nccl-debug sets NCCL_DEBUG=INFO"
+    assert_contains "$OUT" "NCCL_DEBUG_FILE=$dir/nccl-debug.%h.%p" "debug file in the job's working directory"
+    run_capture srun -w n1 --nccl-debug=warn env
+    assert_contains "$OUT" "NCCL_DEBUG=WARN" "--nccl-debug=warn sets NCCL_DEBUG=WARN"
+}
+
+# 5. strict on a node whose GPU2 PCIe link is degraded: the job fails with
+#    the node, GPU and finding named; the node is not drained.
+test_strict_job_refused_on_degraded_node() {
+    GH_FOCUS="n2"
+    gh_set_scenario n2 h100x8-pcie-degraded
+    gh_sbatch_wait 90 -w n2 --gres=gpu:8 --gpu-health=strict --wrap 'echo job-ran'
+    local out
+    out=$(gh_cat "$(gh_job_out "$GH_JOB")")
+    assert_match "$GH_JOB_RC" '^[1-9]' "strict job $GH_JOB on n2 fails"
+    assert_eq "$(gh_job_field "$GH_JOB" JobState)" FAILED "job $GH_JOB is FAILED"
+    assert_not_contains "$out" "job-ran" "the job script did not run"
+    assert_contains "$out" "node n2" "the message names the node"
+    assert_match "$out" "GPU2" "the message names the GPU"
+    assert_contains "$out" "[pcie-link]" "the message names the finding"
+    assert_contains "$out" "strict mode refuses this step" "the message says why it was refused"
+    assert_eq "$(gh_node_state n2)" idle "n2 stays idle (not drained)"
+    assert_eq "$(gh_node_reason n2)" "" "n2 has no drain reason"
+}
+
+# 6. warn on the same node: the job runs and the warning is printed once
+#    per step.
+test_warn_job_runs_with_warning() {
+    GH_FOCUS="n2"
+    gh_set_scenario n2 h100x8-pcie-degraded
+    gh_sbatch_wait 90 -w n2 --gres=gpu:8 --gpu-health=warn --wrap 'echo job-ran; srun echo step-ran'
+    local out
+    out=$(gh_cat "$(gh_job_out "$GH_JOB")")
+    assert_eq "$GH_JOB_RC" 0 "warn job $GH_JOB on n2 exits 0"
+    assert_contains "$out" "job-ran" "the job script ran"
+    assert_contains "$out" "step-ran" "its srun step ran"
+    assert_contains "$out" "gpu-health: warning: node n2" "the warning is printed"
+    assert_eq "$(grep -c 'gpu-health: warning' <<<"$out")" 2 "one warning per step (batch step and srun step)"
+    assert_eq "$(gh_node_state n2)" idle "n2 stays idle"
+}
+
+# 7. Tensor-parallel placement: whole NVLink groups run, a group larger
+#    than a node is refused in strict mode, PCIe-only groups are refused in
+#    strict and warned about in warn mode.
+test_tp_placement() {
+    GH_FOCUS="n1 n2"
+    run_capture srun -N2 -n16 --ntasks-per-node=8 --gres=gpu:8 --gpu-health=strict --tp-size=8 \
+        bash -c 'echo rank-$SLURM_PROCID'
+    assert_eq "$RC" 0 "srun -N2 -n16 --tp-size=8 runs in strict mode"
+    assert_eq "$(grep -c '^rank-' <<<"$OUT")" 16 "all 16 ranks ran"
+    run_capture srun -N2 -n16 --ntasks-per-node=8 --gres=gpu:8 --gpu-health=strict --tp-size=16 true
+    assert_eq "$RC" 1 "srun -N2 -n16 --tp-size=16 is refused in strict mode"
+    assert_contains "$OUT" "tensor-parallel groups of 16" "the refusal explains the split"
+    assert_contains "$OUT" "--ntasks-per-node" "the refusal says how to fix it"
+    gh_set_scenario n2 l40sx4-pcie-only
+    run_capture srun -w n2 -n2 --gres=gpu:2 --gpu-health=strict --tp-size=2 true
+    assert_eq "$RC" 1 "TP group on PCIe-only L40S GPUs refused in strict mode"
+    assert_contains "$OUT" "only through PCIe" "the refusal names the PCIe link"
+    run_capture srun -w n2 -n2 --gres=gpu:2 --gpu-health=warn --tp-size=2 true
+    assert_eq "$RC" 0 "the same step runs in warn mode"
+    assert_contains "$OUT" "gpu-health: warning: node n2: --tp-size=2" "and warns"
+}
+
+# 8. --gpu-health=off is refused when the admin sets allow_off=no.
+test_off_refused_with_allow_off_no() {
+    spank_save_config
+    spank_plugin_args allow_off=no
+    run_capture sbatch --gpu-health=off --wrap true
+    assert_eq "$RC" 1 "sbatch --gpu-health=off is refused with allow_off=no"
+    assert_contains "$OUT" "allow_off=no" "the message says off is not allowed"
+    run_capture srun -w n1 --gpu-health=warn true
+    assert_eq "$RC" 0 "--gpu-health=warn still runs"
+}

@@ -89,9 +89,9 @@ pub fn run(args: &[String], cfg: &Config) -> i32 {
     }
     let jobs: Vec<JobSummary> = records::summarize(&read.records)
         .into_iter()
-        .filter(|j| args.job.as_ref().map_or(true, |id| *id == j.job_id))
+        .filter(|j| args.job.as_ref().is_none_or(|id| *id == j.job_id))
         .filter(|j| args.user.is_none() || j.user == args.user)
-        .filter(|j| args.since_ms.map_or(true, |s| j.end_ms >= s))
+        .filter(|j| args.since_ms.is_none_or(|s| j.end_ms >= s))
         .collect();
     let text = match args.format {
         Format::Json => serde_json::to_string_pretty(&jobs)

@@ -139,7 +139,7 @@ fn add(j: &mut JobSummary, r: &JobRecord) {
         add_opt(&mut j.mean_power_w, g.mean_power_w);
         let pct = memory_pct(g.peak_memory_bytes, g.memory_total_bytes);
         if let Some(p) = g.peak_memory_bytes {
-            if j.peak_memory_bytes.map_or(true, |m| p > m) {
+            if j.peak_memory_bytes.is_none_or(|m| p > m) {
                 j.peak_memory_bytes = Some(p);
                 j.peak_memory_pct = pct;
             }

@@ -407,3 +407,46 @@ fn epilog_reads_between_cursors_without_touching_the_node_cursor() {
     let next = scan(&e.log, &e.cursor, &e.cfg, &snapshot(), NOW_MS);
     assert_eq!(next.events.len(), 1);
 }
+
+#[test]
+fn xid_storm_is_folded_not_lost() {
+    let e = env();
+    let mut text = iso_line(50, X79);
+    let x13 = iso_line(
+        40,
+        "NVRM: Xid (PCI:0000:18:00): 13, pid=9, Graphics Exception",
+    );
+    text.push_str(&x13.repeat(gpu_health_core::xid::MAX_EVENTS + 10_000));
+    append(&e.log, &text);
+    let s = scan(&e.log, &e.cursor, &e.cfg, &snapshot(), NOW_MS);
+    assert!(s.events.len() <= gpu_health_core::xid::MAX_EVENTS);
+    assert_eq!(s.events[0].code, 79, "the early Xid 79 survives the storm");
+    assert!(
+        s.notes.iter().any(|n| n.contains("folded")),
+        "{:?}",
+        s.notes
+    );
+    assert_eq!(
+        drain_reason(&s.findings).unwrap(),
+        "gpu-health: Xid 79 GPU5 0000:c1:00.0 pid=2210 (drain)"
+    );
+}
+
+#[test]
+fn fallen_off_line_without_its_header_still_counts() {
+    let e = env();
+    append(
+        &e.log,
+        "[ 10.0] NVRM: fallen off the bus and is not responding to commands.\n",
+    );
+    let s = scan(&e.log, &e.cursor, &e.cfg, &snapshot(), NOW_MS);
+    assert_eq!(s.findings.len(), 1);
+    assert_eq!(s.findings[0].summary, "Xid 79 fallen off the bus");
+    assert_eq!(s.findings[0].action, Action::Drain);
+    // Beside an Xid 79 it adds nothing.
+    append(&e.log, &format!("[ 11.0] {X79}\n"));
+    let s = scan(&e.log, &e.cursor, &e.cfg, &snapshot(), NOW_MS);
+    assert_eq!(s.events.len(), 2);
+    assert_eq!(s.findings.len(), 1);
+    assert_eq!(s.findings[0].summary, "Xid 79 GPU5 0000:c1:00.0 pid=2210");
+}

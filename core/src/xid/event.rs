@@ -134,11 +134,13 @@ impl Assembler {
                     position.saturating_sub(h.position) <= self.window
                         && !matches!(&pci, Some(p) if *p != h.pci)
                 });
-                let pci = pci.or(header.map(|h| h.pci))?;
+                // Without its header (split by a scan boundary, or a
+                // driver's own wording) a lost GPU is still a lost GPU.
+                let pci = pci.or(header.map(|h| h.pci));
                 let mut ev = self.event(
                     EventKind::Xid,
                     79,
-                    Some(pci),
+                    pci,
                     stamp,
                     seq,
                     "GPU has fallen off the bus and is not responding to commands".into(),

@@ -14,7 +14,7 @@ use std::path::Path;
 use memchr::memmem::Finder;
 
 use super::cursor::{fnv1a, Cursor};
-use super::event::{Assembler, XidEvent};
+use super::event::Assembler;
 use super::parse::{parse_line, unwrap};
 use super::read::ReadOutcome;
 use super::stamp::{Stamp, TimeContext};
@@ -79,7 +79,7 @@ pub(crate) fn read_file(
                     && m.ino() == *i
                     && tail_matches(&old, *offset, *tail_len, *tail_hash)?
                 {
-                    read_range(&old, *offset, m.len(), &mut asm, &mut out.events)?;
+                    read_range(&old, *offset, m.len(), &mut asm, &mut out)?;
                 }
             }
             out.restart(format!(
@@ -96,7 +96,7 @@ pub(crate) fn read_file(
             0
         }
     };
-    let end = read_range(&file, start, len, &mut asm, &mut out.events)?;
+    let end = read_range(&file, start, len, &mut asm, &mut out)?;
     out.last_monotonic_us = last_monotonic_us(&file, end)?;
     let tail_len = end.min(TAIL);
     let tail = read_exact_at(&file, end - tail_len, tail_len as usize)?;
@@ -147,7 +147,7 @@ fn read_range(
     start: u64,
     end: u64,
     asm: &mut Assembler,
-    events: &mut Vec<XidEvent>,
+    out: &mut ReadOutcome,
 ) -> std::io::Result<u64> {
     let finders = (Finder::new(b"NVRM"), Finder::new(b"SXid"));
     let size = (end.saturating_sub(start)).min(CHUNK as u64) as usize;
@@ -163,7 +163,7 @@ fn read_range(
         filled += n;
         match memchr::memrchr(b'\n', &buf[..filled]) {
             Some(last) => {
-                scan_lines(&buf[..=last], pos, &finders, asm, events);
+                scan_lines(&buf[..=last], pos, &finders, asm, out);
                 buf.copy_within(last + 1..filled, 0);
                 pos += last as u64 + 1;
                 filled -= last + 1;
@@ -185,7 +185,7 @@ fn scan_lines(
     base: u64,
     finders: &(Finder, Finder),
     asm: &mut Assembler,
-    events: &mut Vec<XidEvent>,
+    out: &mut ReadOutcome,
 ) {
     let mut nvrm = finders.0.find_iter(chunk).peekable();
     let mut sxid = finders.1.find_iter(chunk).peekable();
@@ -206,7 +206,7 @@ fn scan_lines(
         done_until = end + 1;
         if let Some(record) = parse_line(&chunk[start..end]) {
             if let Some(ev) = asm.feed(record, base + start as u64) {
-                events.push(ev);
+                out.push(ev);
             }
         }
     }

@@ -190,6 +190,7 @@ pub(crate) fn read_kmsg(
                     "kernel log cursor (seq {skip_below}) is ahead of the ring (ends at seq {next_seq}); reading the ring from its start"
                 ));
                 out.events.clear();
+                out.folded_events = 0;
                 out.lost_records = 0;
                 skip_below = 0;
                 source.rewind()?;
@@ -256,7 +257,7 @@ fn read_pass(
         }
         if let Some(record) = parse_line(line) {
             if let Some(ev) = asm.feed(record, index) {
-                out.events.push(ev);
+                out.push(ev);
             }
         }
     }

@@ -62,7 +62,7 @@ pub use history::RepeatHistory;
 pub use kmsg::{KmsgDevice, KmsgRead, KmsgSource, MemoryRing};
 pub use parse::{parse_line, Payload, Record};
 pub use policy::{recovery_action, Decision, DefaultAction, Policy, DEFAULT_TABLE};
-pub use read::{read_since, read_source, LogSource, ReadOutcome};
+pub use read::{read_since, read_source, LogSource, ReadOutcome, MAX_EVENTS};
 pub use scan::{commit, judge, scan, scan_source, ScanOutcome};
 pub use stamp::{Stamp, TimeContext};
 

@@ -1,5 +1,6 @@
 //! Reading events from a kernel log between a cursor and now.
 
+use std::collections::HashSet;
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
@@ -37,11 +38,38 @@ pub struct ReadOutcome {
     /// Monotonic stamp of the last line of a file, when it has one (dates
     /// monotonic-only records of a file relative to its end).
     pub last_monotonic_us: Option<u64>,
+    /// Events dropped in an Xid storm: past [`MAX_EVENTS`], only the
+    /// latest event of each (kind, code, device) is kept.
+    pub folded_events: u64,
 }
+
+/// Bound on the events one read holds (an application can log thousands
+/// of Xid 13 a second; the prolog must not run out of memory).
+pub const MAX_EVENTS: usize = 50_000;
 
 impl ReadOutcome {
     pub(crate) fn empty() -> Self {
         ReadOutcome::default()
+    }
+
+    pub(crate) fn push(&mut self, ev: XidEvent) {
+        if self.events.len() >= MAX_EVENTS {
+            let mut seen = HashSet::new();
+            let before = self.events.len();
+            let mut kept: Vec<XidEvent> = std::mem::take(&mut self.events)
+                .into_iter()
+                .rev()
+                .filter(|e| seen.insert((e.kind, e.code, e.pci.clone(), e.fallen_off_bus)))
+                .collect();
+            kept.reverse();
+            self.events = kept;
+            if self.events.len() >= MAX_EVENTS {
+                // Pathological variety: keep the newest half.
+                self.events.drain(..MAX_EVENTS / 2);
+            }
+            self.folded_events += (before - self.events.len()) as u64;
+        }
+        self.events.push(ev);
     }
 
     pub(crate) fn restart(&mut self, note: String) {
@@ -97,6 +125,12 @@ pub fn read_source(
             })?
         }
     };
+    if out.folded_events > 0 {
+        out.notes.push(format!(
+            "Xid storm: {} repeated events folded (only the latest of each code and device kept)",
+            out.folded_events
+        ));
+    }
     for ev in &mut out.events {
         ev.attach_gpu(snapshot);
     }

@@ -157,14 +157,17 @@ pub fn judge(
 ) -> Vec<Finding> {
     // A lost GPU often logs both Xid 79 and the "fallen off" text: one
     // finding is enough.
-    let xid79: HashSet<&str> = events
+    let xid79: HashSet<Option<&str>> = events
         .iter()
         .filter(|e| e.kind == EventKind::Xid && e.code == 79 && !e.fallen_off_bus)
-        .filter_map(|e| e.pci.as_deref())
+        .map(|e| e.pci.as_deref())
         .collect();
     let mut groups: Vec<Group> = Vec::new();
     for ev in events {
-        if ev.fallen_off_bus && ev.pci.as_deref().is_some_and(|p| xid79.contains(p)) {
+        // An unaddressed "fallen off" line goes with any Xid 79 beside it.
+        if ev.fallen_off_bus
+            && (xid79.contains(&ev.pci.as_deref()) || (ev.pci.is_none() && !xid79.is_empty()))
+        {
             continue;
         }
         let d = policy.decide(ev);

@@ -132,3 +132,29 @@ fn records_file_symlink_is_refused() {
     assert!(append_lines(&dir, &[line("1", "n", 1)]).is_err());
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
 }
+
+#[test]
+fn stale_start_snapshots_go_fresh_ones_stay() {
+    use gpu_health_core::records::{remove_stale_starts, start_path};
+    use std::time::Duration;
+    let d = tempfile::tempdir().unwrap();
+    let (old, fresh) = (start_path(d.path(), "1"), start_path(d.path(), "2"));
+    std::fs::create_dir_all(old.parent().unwrap()).unwrap();
+    std::fs::write(&old, "{}").unwrap();
+    std::fs::write(&fresh, "{}").unwrap();
+    let verdict = d.path().join("jobs/1.json");
+    std::fs::write(&verdict, "{}").unwrap();
+    let f = std::fs::File::options().write(true).open(&old).unwrap();
+    f.set_modified(std::time::SystemTime::now() - Duration::from_secs(90 * 86_400))
+        .unwrap();
+    let g = std::fs::File::options().write(true).open(&verdict).unwrap();
+    g.set_modified(std::time::SystemTime::now() - Duration::from_secs(90 * 86_400))
+        .unwrap();
+    assert_eq!(
+        remove_stale_starts(d.path(), Duration::from_secs(60 * 86_400)),
+        1
+    );
+    assert!(!old.exists());
+    assert!(fresh.exists());
+    assert!(verdict.exists(), "verdicts are the prolog's business");
+}

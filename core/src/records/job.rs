@@ -51,6 +51,10 @@ fn flush_spool(cfg: &Config) {
     }
 }
 
+/// Start snapshots older than this belong to jobs whose Epilog never ran
+/// (longer than any sane time limit).
+const STALE_START: Duration = Duration::from_secs(60 * 86_400);
+
 /// What the epilog did.
 #[derive(Debug)]
 pub struct EpilogOutcome {
@@ -129,6 +133,7 @@ pub fn finish_job(
         }
     }
     remove_state_files(&cfg.state_dir, job_id);
+    start::remove_stale(&cfg.state_dir, STALE_START);
     EpilogOutcome {
         record: Some(record),
         stored: Some(stored),

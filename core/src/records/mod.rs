@@ -25,7 +25,10 @@ pub use job::{finish_job, save_job_start, EpilogOutcome};
 pub use prometheus::{render as render_prometheus, update as update_prometheus, RECENT_JOBS};
 pub use read::{read_records, ReadRecords};
 pub use record::{GpuRecord, JobRecord, RECORD_VERSION};
-pub use start::{nvlink_error_total, start_path, GpuCounters, JobStart, START_VERSION};
+pub use start::{
+    nvlink_error_total, remove_stale as remove_stale_starts, start_path, GpuCounters, JobStart,
+    START_VERSION,
+};
 pub use store::{
     append_lines, flush_pending, jobs_file, pending_dir, spool, store_line, StoreError, Stored,
     JOBS_FILE,

@@ -121,3 +121,32 @@ pub fn save(state_dir: &Path, start: &JobStart) -> Result<(), StateError> {
 pub fn load(state_dir: &Path, job_id: &str) -> Result<Option<JobStart>, StateError> {
     state::load_json(&start_path(state_dir, job_id))
 }
+
+/// Remove start snapshots older than `max_age` (jobs whose Epilog never
+/// ran: node crash, Epilog not configured). Returns how many went.
+pub fn remove_stale(state_dir: &Path, max_age: std::time::Duration) -> usize {
+    let dir = StatePaths::new(state_dir).jobs_dir();
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return 0;
+    };
+    let now = std::time::SystemTime::now();
+    let mut removed = 0;
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name();
+        if !name.to_string_lossy().ends_with(".start.json") {
+            continue;
+        }
+        let old = e
+            .metadata()
+            .ok()
+            .filter(|m| m.file_type().is_file())
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| now.duration_since(t).ok())
+            .is_some_and(|age| age > max_age);
+        if old && std::fs::remove_file(e.path()).is_ok() {
+            log::info!("removed stale job start snapshot {}", e.path().display());
+            removed += 1;
+        }
+    }
+    removed
+}

@@ -166,6 +166,17 @@ pub fn flush_pending(state_dir: &Path, records_dir: &Path) -> Result<usize, Stor
     if files.is_empty() {
         return Ok(0);
     }
+    // One flusher at a time (concurrent epilogs would write the same
+    // spooled records twice); whoever holds the lock writes them all.
+    let dir = pending_dir(state_dir);
+    let Ok(dir_handle) = File::open(&dir) else {
+        return Ok(0);
+    };
+    // SAFETY: the fd is open for the lifetime of `dir_handle`.
+    if unsafe { libc::flock(dir_handle.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Ok(0);
+    }
+    let files = pending_files(state_dir);
     let mut lines = Vec::new();
     let mut taken = Vec::new();
     for p in files {

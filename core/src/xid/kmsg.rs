@@ -196,6 +196,7 @@ pub(crate) fn read_kmsg(
                 source.rewind()?;
             }
             Some(next_seq) => {
+                note_losses(&mut out);
                 out.cursor = Some(Cursor::Kmsg {
                     boot_id: boot_id.to_string(),
                     next_seq: next_seq.max(skip_below),
@@ -203,6 +204,7 @@ pub(crate) fn read_kmsg(
                 return Ok(out);
             }
             None => {
+                note_losses(&mut out);
                 out.cursor = Some(Cursor::Kmsg {
                     boot_id: boot_id.to_string(),
                     next_seq: skip_below,
@@ -210,6 +212,15 @@ pub(crate) fn read_kmsg(
                 return Ok(out);
             }
         }
+    }
+}
+
+fn note_losses(out: &mut ReadOutcome) {
+    if out.lost_records > 0 {
+        out.notes.push(format!(
+            "{} kernel log records were overwritten before they could be read (ring buffer wrapped)",
+            out.lost_records
+        ));
     }
 }
 
@@ -261,11 +272,9 @@ fn read_pass(
             }
         }
     }
-    if out.lost_records > 0 || overwritten {
-        out.notes.push(format!(
-            "{} kernel log records were overwritten before they could be read (ring buffer wrapped)",
-            out.lost_records.max(1)
-        ));
+    if overwritten && out.lost_records == 0 {
+        // EPIPE without a visible gap: at least one record was lost.
+        out.lost_records = 1;
     }
     Ok(last.map(|s| s + 1))
 }

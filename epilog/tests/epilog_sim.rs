@@ -147,7 +147,7 @@ fn energy_and_peak_memory_of_a_job() {
     let node = Node::new(&s, "");
     node.prolog("101", "2,5");
     assert!(node.path("state/jobs/101.start.json").exists());
-    std::thread::sleep(Duration::from_millis(1200));
+    std::thread::sleep(Duration::from_millis(2000));
     node.epilog("101", "2,5");
     let recs = node.records();
     assert_eq!(recs.len(), 1);
@@ -156,7 +156,7 @@ fn energy_and_peak_memory_of_a_job() {
     assert_eq!(r["user"], "alice");
     assert_eq!(r["start_snapshot_missing"], false);
     let duration = r["duration_s"].as_f64().unwrap();
-    assert!(duration >= 1.2, "{duration}");
+    assert!(duration >= 2.0, "{duration}");
     let gpus = r["gpus"].as_array().unwrap();
     assert_eq!(gpus.len(), 2);
     for (g, idx) in gpus.iter().zip([2usize, 5]) {
@@ -167,9 +167,12 @@ fn energy_and_peak_memory_of_a_job() {
             (energy - expected).abs() / expected < 0.05,
             "GPU{idx}: {energy} J, expected about {expected} J"
         );
+        // The interval runs between the two probes' start times; the
+        // counters are read a few ms later in each, which a loaded test
+        // machine stretches: 5 % on a 2 s job.
         let power = g["mean_power_w"].as_f64().unwrap();
         assert!(
-            (power - draw_w(&s, idx)).abs() / draw_w(&s, idx) < 0.02,
+            (power - draw_w(&s, idx)).abs() / draw_w(&s, idx) < 0.05,
             "GPU{idx}: {power} W"
         );
         let peak = &s["gpus"][idx]["accounting"]["processes"][0]["max_memory_bytes"];

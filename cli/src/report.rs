@@ -285,6 +285,27 @@ mod tests {
     }
 
     #[test]
+    fn malformed_lines_are_skipped_and_unknown_jobs_fail() {
+        let d = tempfile::tempdir().unwrap();
+        let good = r#"{"version":1,"job_id":"7","node":"n1","user":"u","uid":null,"partition":null,"exit_code":null,"start_ms":1,"end_ms":2,"duration_s":0.001,"start_snapshot_missing":false,"start_snapshot_missing_reason":null,"nvml_error":null,"gpus":[],"xids":[],"xids_absent_reason":null,"drained":null,"drain_failed":null}"#;
+        std::fs::write(
+            d.path().join("jobs.jsonl"),
+            format!("{good}\n{{\"torn\n\u{1}garbage\n"),
+        )
+        .unwrap();
+        let read = records::read_records(d.path());
+        assert_eq!((read.records.len(), read.malformed), (1, 2));
+        let dir = d.path().to_string_lossy().into_owned();
+        let cfg = Config::default();
+        assert_eq!(run(&s(&["--dir", &dir, "--job", "7", "--json"]), &cfg), 0);
+        assert_eq!(run(&s(&["--dir", &dir, "--job", "8"]), &cfg), 1);
+        assert_eq!(run(&s(&["--dir", &dir, "--since", "nope"]), &cfg), 2);
+        let jobs = records::summarize(&read.records);
+        assert!(table(&jobs).contains("7 "));
+        assert!(csv(&jobs).lines().nth(1).unwrap().starts_with("7,u,,n1,0,"));
+    }
+
+    #[test]
     fn csv_quotes_what_needs_it() {
         assert_eq!(csv_field("a,b"), "\"a,b\"");
         assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");

@@ -2,6 +2,7 @@
 
 mod check;
 mod report;
+mod xids;
 
 use gpu_health_core::{config, gate, logging};
 
@@ -11,7 +12,8 @@ usage: gpu-health <command> [options]
 commands:
   check [--json]            probe this node and print its findings (never drains)
                             exit 0 healthy, 1 fatal finding, 2 usage/config error
-  xids [--json] [FILE]      list NVIDIA Xid events in FILE or the configured kernel log
+  xids [--json] [--no-probe] [FILE]
+                            list NVIDIA Xid events in FILE or the configured kernel log
   report [--job ID] [--user NAME] [--since DATE] [--json|--csv]
                             per-job GPU energy, peak memory, health deltas
   help                      this text
@@ -25,6 +27,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let code = match args.first().map(String::as_str) {
         Some("check") => with_config(|cfg, err| check::run(&args[1..], cfg, err)),
+        Some("xids") => with_config(|cfg, _| xids::run(&args[1..], cfg)),
         Some("report") => with_config(|cfg, _| report::run(&args[1..], cfg)),
         Some("help" | "--help" | "-h") => {
             print!("{USAGE}");

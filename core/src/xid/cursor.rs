@@ -1,8 +1,8 @@
 //! Where a reader stopped ([`Cursor`]) and the node's saved Xid state
 //! (cursor plus repeat history), written atomically.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::fs::OpenOptions;
+use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -107,56 +107,17 @@ fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// Write the state file atomically: a private temporary file in the same
-/// directory, fsync, rename over the old one, fsync the directory.
+/// Write the state file atomically (see [`crate::state::write_atomic`]).
+///
+/// Not fsynced: the prolog runs before every job and a sync costs
+/// milliseconds. After a power loss the worst case is an older cursor, so
+/// a few records are read again (the safe direction), and a reboot starts
+/// a new kmsg buffer anyway.
 pub fn save_state(path: &Path, state: &XidState) -> Result<(), XidError> {
-    let err = |source: std::io::Error| XidError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
     let mut state = state.clone();
     state.version = STATE_VERSION;
-    let json = serde_json::to_vec(&state).map_err(|e| XidError::State {
+    crate::state::save_json(path, &state, false).map_err(|e| XidError::State {
         path: path.to_path_buf(),
         message: e.to_string(),
-    })?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| err(std::io::Error::other("cursor path has no file name")))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let open = || {
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)
-    };
-    let mut file = match open() {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            // Left by a run of ours that died with the same pid.
-            std::fs::remove_file(&tmp).map_err(err)?;
-            open().map_err(err)?
-        }
-        Err(e) => return Err(err(e)),
-    };
-    let written = file.write_all(&json).and_then(|()| file.sync_all());
-    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(err(e));
-    }
-    // The rename is durable only once the directory is.
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    })
 }

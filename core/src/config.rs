@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::ops::{BrakeConfig, DcgmConfig, RdmaConfig, RecoveryConfig};
 use crate::xid::XidConfig;
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/slurm/gpu-health.toml";
@@ -60,6 +61,14 @@ pub struct Config {
     pub log_file: Option<PathBuf>,
     pub thresholds: Thresholds,
     pub xid: XidConfig,
+    /// Drain brake (docs/operations.md).
+    pub brake: BrakeConfig,
+    /// Automatic return of drain-until-clean drains.
+    pub recovery: RecoveryConfig,
+    /// `dcgmi diag` tier.
+    pub dcgm: DcgmConfig,
+    /// RDMA ports the node must have up.
+    pub rdma: RdmaConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -105,6 +114,10 @@ impl Default for Config {
             log_file: None,
             thresholds: Thresholds::default(),
             xid: XidConfig::default(),
+            brake: BrakeConfig::default(),
+            recovery: RecoveryConfig::default(),
+            dcgm: DcgmConfig::default(),
+            rdma: RdmaConfig::default(),
         }
     }
 }
@@ -161,10 +174,16 @@ impl Config {
                 t.max_temperature_c
             ));
         }
-        self.xid.validate().map_err(|message| ConfigError::Invalid {
-            path: path.to_path_buf(),
-            message,
-        })
+        self.xid
+            .validate()
+            .and_then(|()| self.brake.validate())
+            .and_then(|()| self.recovery.validate())
+            .and_then(|()| self.dcgm.validate())
+            .and_then(|()| self.rdma.validate())
+            .map_err(|message| ConfigError::Invalid {
+                path: path.to_path_buf(),
+                message,
+            })
     }
 }
 

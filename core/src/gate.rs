@@ -4,14 +4,14 @@
 //! [`check_node`] probes (NVML with a deadline, sysfs, saved history, the
 //! kernel log); [`decide`] is pure; [`persist`] and [`drain`] act.
 
-use std::path::Path;
 use std::time::Duration;
 
 use crate::checks::{self, CheckInput, EccHistory};
 use crate::config::Config;
-use crate::finding::{drain_reason, Finding};
+use crate::finding::{drain_reason, Action, Finding};
+use crate::ops;
+pub use crate::ops::drain::DrainOutcome;
 use crate::probe::{self, ProbeOptions};
-use crate::slurm::Scontrol;
 use crate::snapshot::NodeSnapshot;
 use crate::state::{self, StatePaths};
 use crate::verdict::{parse_gpu_list, Mode};
@@ -124,6 +124,10 @@ pub fn check_node(config: &Config, opts: ProbeOptions, now_ms: u64) -> NodeCheck
         log::warn!("kernel log: {n}");
     }
     findings.extend(xid.findings.iter().cloned());
+    findings.extend(crate::ops::rdma_ports::check_node_ports(
+        &config.rdma,
+        &config.sysfs_root,
+    ));
     NodeCheck {
         snapshot,
         findings,
@@ -188,28 +192,54 @@ pub fn persist(config: &Config, check: &mut NodeCheck, now_ms: u64) {
     }
 }
 
-/// Drain the node through scontrol (the failing path only).
+/// Drain the node (the failing path only), through the drain brake; true
+/// when the node is now drained by gpu-health. See [`drain_findings`]
+/// for the full outcome.
 pub fn drain(config: &Config, node: &str, reason: &str) -> bool {
-    let scontrol = Scontrol {
-        program: Path::new(&config.scontrol),
-        timeout: Duration::from_millis(config.scontrol_timeout_ms),
-    };
-    match scontrol.drain(node, reason) {
-        Ok(()) => {
-            log::error!("drained {node}: {reason}");
-            true
+    drain_findings(config, node, &[], reason, crate::probe::unix_ms()).drained()
+}
+
+/// Drain for `findings` with `reason`, through the brake. Draining
+/// findings the brake holds back are kept in the state directory, so that
+/// later runs drain as soon as the brake allows and keep warning jobs.
+pub fn drain_findings(
+    config: &Config,
+    node: &str,
+    findings: &[Finding],
+    reason: &str,
+    now_ms: u64,
+) -> DrainOutcome {
+    let outcome = ops::drain::drain_guarded(config, node, reason, now_ms);
+    match &outcome {
+        DrainOutcome::Drained => ops::drain_state::clear_held_back(&config.state_dir),
+        DrainOutcome::HeldBack(why) => {
+            ops::drain_state::save_held_back(&config.state_dir, why, findings, now_ms)
         }
-        Err(e) => {
-            log::error!("could not drain {node} ({reason}): {e}");
-            false
-        }
+        DrainOutcome::Foreign(_) | DrainOutcome::Failed(_) => {}
     }
+    outcome
+}
+
+/// A finding that tells a job why its node was not drained although a
+/// check asked for it (strict jobs are refused on it).
+pub fn not_drained_note(outcome: &DrainOutcome) -> Option<Finding> {
+    let (summary, why) = match outcome {
+        DrainOutcome::Drained => return None,
+        DrainOutcome::HeldBack(w) => ("drain held back by the brake", w),
+        DrainOutcome::Foreign(w) => ("node drained by someone else", w),
+        DrainOutcome::Failed(w) => ("drain failed", w),
+    };
+    Some(Finding::node(
+        "brake",
+        Action::Warn,
+        summary.to_string(),
+        format!("this node has a fault that should have drained it, but it was not drained: {why}"),
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::finding::Action;
 
     fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |k| {

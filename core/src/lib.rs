@@ -10,6 +10,7 @@ pub mod fabric;
 pub mod finding;
 pub mod gate;
 pub mod logging;
+pub mod ops;
 pub mod probe;
 pub mod records;
 pub mod slurm;

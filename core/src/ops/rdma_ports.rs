@@ -1,0 +1,288 @@
+//! RDMA port check: every port the configuration expects is ACTIVE and
+//! LinkUp at its expected rate. A multi-node job on a node with a dead
+//! rail hangs in NCCL, so a port down or below rate is a finding.
+
+use serde::{Deserialize, Serialize};
+
+use crate::fabric::{Fabric, RdmaPort};
+use crate::finding::{Action, Finding};
+
+/// What a bad port does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PortAction {
+    Warn,
+    Drain,
+    DrainUntilClean,
+}
+
+impl PortAction {
+    fn action(self) -> Action {
+        match self {
+            PortAction::Warn => Action::Warn,
+            PortAction::Drain => Action::Drain,
+            PortAction::DrainUntilClean => Action::DrainUntilClean,
+        }
+    }
+}
+
+/// `[rdma]` in gpu-health.toml. Nothing expected (the default) = no check.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RdmaConfig {
+    /// Ports by name, `device:port` (e.g. `mlx5_0:1`).
+    pub expected_ports: Vec<String>,
+    /// Or: this many ports must be ACTIVE/LinkUp (any names).
+    pub expected_count: Option<u32>,
+    /// Slowest acceptable rate of an expected port, in Gb/s.
+    pub expected_rate_gbps: Option<f64>,
+    /// `warn` (default), `drain` or `drain-until-clean`.
+    pub action: Option<PortAction>,
+}
+
+impl RdmaConfig {
+    pub fn is_active(&self) -> bool {
+        !self.expected_ports.is_empty() || self.expected_count.is_some_and(|n| n > 0)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        for p in &self.expected_ports {
+            if parse_port_name(p).is_none() {
+                return Err(format!(
+                    "rdma.expected_ports: {p:?} is not device:port (e.g. mlx5_0:1)"
+                ));
+            }
+        }
+        if self.expected_count.is_some_and(|n| n > 64) {
+            return Err("rdma.expected_count is above 64".into());
+        }
+        if let Some(r) = self.expected_rate_gbps {
+            if !(r.is_finite() && r > 0.0 && r <= 10_000.0) {
+                return Err(format!(
+                    "rdma.expected_rate_gbps = {r} is outside (0, 10000]"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn parse_port_name(s: &str) -> Option<(&str, u32)> {
+    let (dev, port) = s.rsplit_once(':')?;
+    let ok = !dev.is_empty()
+        && dev
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
+    Some((dev, port.parse().ok()?)).filter(|_| ok)
+}
+
+/// Why a port is not usable, or `None` when it is.
+fn port_problem(p: &RdmaPort, min_rate: Option<f64>) -> Option<String> {
+    if !p.is_active() {
+        return Some(format!(
+            "state {}",
+            p.state.as_deref().unwrap_or("unreadable")
+        ));
+    }
+    if !p.is_link_up() {
+        return Some(format!(
+            "phys_state {}",
+            p.phys_state.as_deref().unwrap_or("unreadable")
+        ));
+    }
+    if let Some(min) = min_rate {
+        match p.rate_gbps {
+            Some(r) if r + 1e-9 >= min => {}
+            _ => {
+                return Some(format!(
+                    "rate {} below {min} Gb/s",
+                    p.rate.as_deref().unwrap_or("unreadable")
+                ))
+            }
+        }
+    }
+    None
+}
+
+/// Findings for `fabric` against `cfg` (none when nothing is expected).
+pub fn check_ports(cfg: &RdmaConfig, fabric: &Fabric) -> Vec<Finding> {
+    if !cfg.is_active() {
+        return Vec::new();
+    }
+    let action = cfg.action.unwrap_or(PortAction::Warn).action();
+    let mut bad: Vec<String> = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    for name in &cfg.expected_ports {
+        let Some((dev, port)) = parse_port_name(name) else {
+            continue;
+        };
+        match fabric.port(dev, port) {
+            None => {
+                bad.push(format!("{name} missing"));
+                names.push(name.clone());
+            }
+            Some(p) => {
+                if let Some(why) = port_problem(p, cfg.expected_rate_gbps) {
+                    bad.push(format!("{name} {why}"));
+                    names.push(name.clone());
+                }
+            }
+        }
+    }
+    if let Some(want) = cfg.expected_count {
+        let good = fabric
+            .ports
+            .iter()
+            .filter(|p| port_problem(p, cfg.expected_rate_gbps).is_none())
+            .count();
+        if good < want as usize {
+            bad.push(format!("{good} of {want} ports usable"));
+            for p in &fabric.ports {
+                if let Some(why) = port_problem(p, cfg.expected_rate_gbps) {
+                    let name = p.hca_name();
+                    if !names.contains(&name) {
+                        bad.push(format!("{name} {why}"));
+                        names.push(name);
+                    }
+                }
+            }
+            if names.is_empty() {
+                names.push(format!("{good}/{want} ports"));
+            }
+        }
+    }
+    if bad.is_empty() {
+        return Vec::new();
+    }
+    vec![Finding::node(
+        "rdma-ports",
+        action,
+        format!("RDMA {} down", names.join(",")),
+        format!(
+            "RDMA ports not usable: {}; multi-node NCCL jobs on this node may hang or run slow",
+            bad.join("; ")
+        ),
+    )]
+}
+
+/// Read the node's fabric under `sysfs_root` and check it.
+pub fn check_node_ports(cfg: &RdmaConfig, sysfs_root: &std::path::Path) -> Vec<Finding> {
+    if !cfg.is_active() {
+        return Vec::new();
+    }
+    match crate::fabric::read_fabric(sysfs_root) {
+        Ok(f) => check_ports(cfg, &f),
+        Err(e) => vec![Finding::node(
+            "rdma-ports",
+            Action::Warn,
+            "RDMA ports unreadable".into(),
+            format!("cannot read the RDMA ports: {e}"),
+        )],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn fixture(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/sysfs")
+            .join(name)
+    }
+
+    fn all_eight() -> Vec<String> {
+        (0..8).map(|i| format!("mlx5_{i}:1")).collect()
+    }
+
+    #[test]
+    fn nothing_expected_nothing_checked() {
+        let f = check_node_ports(&RdmaConfig::default(), &fixture("ib-ndr8-one-down"));
+        assert!(f.is_empty());
+    }
+
+    #[test]
+    fn one_port_down_by_name() {
+        let cfg = RdmaConfig {
+            expected_ports: all_eight(),
+            expected_rate_gbps: Some(400.0),
+            ..Default::default()
+        };
+        let f = check_node_ports(&cfg, &fixture("ib-ndr8-one-down"));
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].action, Action::Warn);
+        assert_eq!(f[0].summary, "RDMA mlx5_5:1 down");
+        assert!(f[0].message.contains("1: DOWN"), "{}", f[0].message);
+    }
+
+    #[test]
+    fn count_and_drain_action() {
+        let cfg = RdmaConfig {
+            expected_count: Some(8),
+            action: Some(PortAction::Drain),
+            ..Default::default()
+        };
+        let f = check_node_ports(&cfg, &fixture("ib-ndr8-one-down"));
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].action, Action::Drain);
+        assert!(f[0].message.contains("7 of 8"), "{}", f[0].message);
+        assert!(f[0].message.contains("mlx5_5:1"), "{}", f[0].message);
+        let seven = RdmaConfig {
+            expected_count: Some(7),
+            ..Default::default()
+        };
+        assert!(check_node_ports(&seven, &fixture("ib-ndr8-one-down")).is_empty());
+    }
+
+    #[test]
+    fn missing_port_and_rate() {
+        let cfg = RdmaConfig {
+            expected_ports: vec!["mlx5_9:1".into(), "mlx5_0:1".into()],
+            expected_rate_gbps: Some(800.0),
+            ..Default::default()
+        };
+        let f = check_node_ports(&cfg, &fixture("ib-ndr8-one-down"));
+        assert!(
+            f[0].message.contains("mlx5_9:1 missing"),
+            "{}",
+            f[0].message
+        );
+        assert!(
+            f[0].message
+                .contains("mlx5_0:1 rate 400 Gb/sec (4X NDR) below 800"),
+            "{}",
+            f[0].message
+        );
+        // No RDMA hardware at all: every expected port is missing.
+        let f = check_node_ports(&cfg, &fixture("none"));
+        assert!(f[0].message.contains("mlx5_0:1 missing"));
+    }
+
+    #[test]
+    fn healthy_roce_passes() {
+        let fabric = crate::fabric::read_fabric(&fixture("roce-v2")).unwrap();
+        let names: Vec<String> = fabric.active_ports().map(|p| p.hca_name()).collect();
+        assert!(!names.is_empty());
+        let cfg = RdmaConfig {
+            expected_ports: names,
+            ..Default::default()
+        };
+        assert!(check_ports(&cfg, &fabric).is_empty());
+    }
+
+    #[test]
+    fn validation() {
+        let bad = RdmaConfig {
+            expected_ports: vec!["mlx5_0".into()],
+            ..Default::default()
+        };
+        assert!(bad.validate().is_err());
+        let rate = RdmaConfig {
+            expected_rate_gbps: Some(-1.0),
+            ..Default::default()
+        };
+        assert!(rate.validate().is_err());
+        assert!(RdmaConfig::default().validate().is_ok());
+    }
+}

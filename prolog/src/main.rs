@@ -1,17 +1,28 @@
-//! gpu-health-prolog: Slurm `Prolog=` (and `HealthCheckProgram=`).
+//! gpu-health-prolog: Slurm `Prolog=` and `HealthCheckProgram=`.
 //!
 //! Exit 0 lets the job start; exit 1 after draining the node makes Slurm
-//! requeue it. Everything else lives in gpu_health_core::gate.
+//! requeue it. Without SLURM_JOB_ID (HealthCheckProgram gets none, and no
+//! arguments) or with `--health-check` it runs the health check instead.
+//! Everything else lives in gpu_health_core::gate and ::ops.
 
+use gpu_health_core::finding::Action;
+use gpu_health_core::ops::{dcgm, drain_state, health};
 use gpu_health_core::{config, gate, logging, probe, state, verdict};
 
 fn main() {
     logging::init("gpu-health-prolog", log::Level::Warn);
-    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
         print!("{}", HELP);
         return;
     }
-    std::process::exit(run());
+    let health_check =
+        args.iter().any(|a| a == "--health-check") || std::env::var_os("SLURM_JOB_ID").is_none();
+    std::process::exit(if health_check {
+        run_health_check()
+    } else {
+        run()
+    });
 }
 
 const HELP: &str = "\
@@ -22,6 +33,12 @@ through NVML (with a deadline), reads new kernel-log Xid records, and
 drains the node with a 'gpu-health:' reason when it finds a fatal fault
 (exit 1: Slurm requeues the job). Otherwise writes the job's verdict to
 <state_dir>/jobs/<job id>.json and exits 0.
+
+Health check: with --health-check, or when SLURM_JOB_ID is not set (as
+slurmd runs HealthCheckProgram: no arguments, only SLURMD_NODENAME), it
+runs the same checks without a job, drains with the same rules, and
+returns drain-until-clean drains to service after a quiet time (see
+docs/operations.md).
 
 Environment: SLURMD_NODENAME, SLURM_JOB_ID, SLURM_JOB_GPUS,
 SPANK__SLURM_SPANK_OPTION_gpu_health_gpu_health (off|warn|strict),
@@ -48,10 +65,21 @@ fn run() -> i32 {
         accounting_processes: false,
     };
     let mut check = gate::check_node(cfg, opts, now_ms);
+    drain_state::merge_held_back(
+        &cfg.state_dir,
+        &mut check.findings,
+        cfg.recovery.quiet_ms(),
+        now_ms,
+    );
+    if ctx.mode == verdict::Mode::Strict && cfg.dcgm.strict_jobs {
+        let outcome = dcgm::run_diag(&cfg.dcgm, &ctx.job_gpus);
+        log::info!("strict job: {}", outcome.describe());
+        check.findings.extend(outcome.findings());
+    }
     let decision = gate::decide(&check.findings, loaded.error.is_none());
     for f in &check.findings {
         match f.action {
-            gpu_health_core::finding::Action::Info => log::info!("{}: {}", f.check, f.message),
+            Action::Info => log::info!("{}: {}", f.check, f.message),
             _ => log::warn!("{}: {}", f.check, f.message),
         }
     }
@@ -60,6 +88,31 @@ fn run() -> i32 {
     }
     gate::persist(cfg, &mut check, now_ms);
     gpu_health_core::records::save_job_start(cfg, &ctx, &check, now_ms);
+    // Drain before writing the verdict: a drain the brake held back is
+    // told to the job there.
+    let code = match &decision.drain_reason {
+        Some(reason) => {
+            let outcome = gate::drain_findings(cfg, &ctx.node, &check.findings, reason, now_ms);
+            match gate::not_drained_note(&outcome) {
+                // Drained, or scontrol failed (Slurm then drains with
+                // "Prolog error"): the job must not start here.
+                None => 1,
+                Some(_) if matches!(outcome, gate::DrainOutcome::Failed(_)) => 1,
+                // Held back by the brake or drained by someone else: the
+                // job runs, warned (strict jobs are refused by the plugin).
+                Some(note) => {
+                    log::error!(
+                        "job {} starts on a faulty node: {}",
+                        ctx.job_id.as_deref().unwrap_or("-"),
+                        note.message
+                    );
+                    check.findings.push(note);
+                    0
+                }
+            }
+        }
+        None => 0,
+    };
     if let Some(job_id) = &ctx.job_id {
         write_verdict(
             cfg,
@@ -70,13 +123,6 @@ fn run() -> i32 {
             now_ms,
         );
     }
-    let code = match &decision.drain_reason {
-        Some(reason) => {
-            gate::drain(cfg, &ctx.node, reason);
-            1
-        }
-        None => 0,
-    };
     log::info!(
         "job {} on {}: {} findings, exit {code}, probe {} us",
         ctx.job_id.as_deref().unwrap_or("-"),
@@ -85,6 +131,23 @@ fn run() -> i32 {
         check.snapshot.probe_us
     );
     code
+}
+
+/// HealthCheckProgram: no job, the node's own checks and the automatic
+/// return of drain-until-clean drains.
+fn run_health_check() -> i32 {
+    let now_ms = probe::unix_ms();
+    let node = std::env::var("SLURMD_NODENAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(gate::hostname);
+    let loaded = config::load_or_default(Some(&node));
+    let cfg = &loaded.config;
+    logging::set_target(&node, cfg.log_file.as_deref());
+    if let Some(e) = &loaded.error {
+        log::error!("configuration error, defaults in force, no drain in this run: {e}");
+    }
+    health::run(cfg, loaded.error.is_none(), &node, now_ms).exit_code()
 }
 
 fn write_verdict(

@@ -73,6 +73,16 @@ impl Node {
             self.path("gpu-health.log"),
         );
         std::fs::write(self.path("gpu-health.toml"), text).unwrap();
+        // No slurmctld here: without the drain brake (which fails safe and
+        // keeps the node in service) the drain is attempted and its
+        // failure logged with the reason. A drop-in keeps the main file's
+        // line numbers.
+        std::fs::create_dir_all(self.path("gpu-health.d")).unwrap();
+        std::fs::write(
+            self.path("gpu-health.d/n1.toml"),
+            "[brake]\nenabled = false\n",
+        )
+        .unwrap();
     }
 
     fn prolog(&self, job: &str, gpus: &str) -> Run {

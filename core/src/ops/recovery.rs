@@ -224,7 +224,7 @@ mod tests {
             "kernel log unreadable".into(),
             "m".into(),
         );
-        assert!(clean_now(&[warn.clone()], &healthy(), true).is_empty());
+        assert!(clean_now(std::slice::from_ref(&warn), &healthy(), true).is_empty());
         assert_eq!(clean_now(&[drain, warn], &healthy(), true).len(), 1);
         assert_eq!(clean_now(&[unreadable], &healthy(), true).len(), 1);
         assert_eq!(clean_now(&[], &healthy(), false).len(), 1);

@@ -1,7 +1,9 @@
 //! gpu-health: the admin command. Thin wiring over gpu_health_core.
 
 mod check;
+mod health;
 mod report;
+mod resume;
 mod xids;
 
 use gpu_health_core::{config, gate, logging};
@@ -16,6 +18,8 @@ commands:
                             list NVIDIA Xid events in FILE or the configured kernel log
   report [--job ID] [--user NAME] [--since DATE] [--json|--csv]
                             per-job GPU energy, peak memory, health deltas
+  health-check              the HealthCheckProgram run: checks, drains, automatic return
+  resume NODE [--force]     on NODE itself: re-run the checks, resume a gpu-health drain if clean
   help                      this text
 
 Configuration: $GPU_HEALTH_CONFIG, else gpu-health.toml beside $SLURM_CONF,
@@ -29,6 +33,8 @@ fn main() {
         Some("check") => with_config(|cfg, err| check::run(&args[1..], cfg, err)),
         Some("xids") => with_config(|cfg, _| xids::run(&args[1..], cfg)),
         Some("report") => with_config(|cfg, _| report::run(&args[1..], cfg)),
+        Some("health-check") => with_config(|cfg, err| health::run(&args[1..], cfg, err)),
+        Some("resume") => with_config(|cfg, err| resume::run(&args[1..], cfg, err)),
         Some("help" | "--help" | "-h") => {
             print!("{USAGE}");
             0

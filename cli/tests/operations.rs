@@ -1,0 +1,97 @@
+//! `gpu-health resume` and `gpu-health health-check` without a slurmctld:
+//! argument handling and the refusals that must come before any Slurm
+//! call. Resuming against a live Slurm is covered by ci/e2e/40-operations.sh.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn sim_library() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    [
+        deps.parent().unwrap().join("libnvml_sim.so"),
+        deps.join("libnvml_sim.so"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+    .expect("libnvml_sim.so not built: run `cargo build -p nvml-sim` first")
+}
+
+fn scenario(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../nvml-sim/scenarios")
+        .join(format!("{name}.json"))
+}
+
+fn run(scenario_name: &str, extra: &str, args: &[&str]) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gpu-health.toml");
+    std::fs::write(dir.path().join("kernel.log"), "").unwrap();
+    std::fs::write(
+        &cfg,
+        format!(
+            "nvml_library = {:?}\nkernel_log = {:?}\nstate_dir = {:?}\nnvml_deadline_ms = 2000\n\
+             scontrol = \"/nonexistent/scontrol\"\n{extra}",
+            sim_library(),
+            dir.path().join("kernel.log"),
+            dir.path().join("state"),
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-health"))
+        .args(args)
+        .env_clear()
+        .env("GPU_HEALTH_CONFIG", &cfg)
+        .env("SLURMD_NODENAME", "n1")
+        .env("NVML_SIM_SCENARIO", scenario(scenario_name))
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn resume_refuses_another_node_and_bad_arguments() {
+    let (code, _, err) = run("h100x8-healthy", "", &["resume", "n2"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("this is n1, not n2"), "{err}");
+    for args in [
+        &["resume"][..],
+        &["resume", "n1", "n2"],
+        &["resume", "--bogus", "n1"],
+        &["resume", "n1;reboot"],
+    ] {
+        let (code, _, err) = run("h100x8-healthy", "", args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn resume_refuses_on_a_config_error_and_without_slurm() {
+    let (code, _, err) = run("h100x8-healthy", "thresholds = 3\n", &["resume", "n1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("checks cannot be trusted"), "{err}");
+    // --force lets another name through, but Slurm must still answer.
+    let (code, _, err) = run("h100x8-healthy", "", &["resume", "n2", "--force"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot ask Slurm about n2"), "{err}");
+}
+
+#[test]
+fn health_check_reports_and_exits_by_the_worst_finding() {
+    let (code, out, _) = run("h100x8-healthy", "", &["health-check"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("n1: nothing to do"), "{out}");
+    let (code, out, _) = run("h100x8-dbe", "", &["health-check"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("ecc-uncorrected"), "{out}");
+    assert!(
+        out.contains("NOT drained") && out.contains("fail safe"),
+        "the brake cannot count without Slurm: {out}"
+    );
+    let (code, _, _) = run("h100x8-healthy", "", &["health-check", "x"]);
+    assert_eq!(code, 2);
+}

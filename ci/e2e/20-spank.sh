@@ -78,7 +78,7 @@ test_bad_mode_refused_at_submission() {
 test_nccl_env_from_fabric_keeps_users_value() {
     GH_FOCUS="n1 n2"
     spank_save_config
-    spank_plugin_args default_mode=warn
+    spank_plugin_args
     spank_node_fabric n1 ib-ndr8-one-down
     spank_node_fabric n2 roce-v2
     run_capture env NCCL_IB_TIMEOUT=19 srun -w n1 --gpu-health=strict env
@@ -185,4 +185,28 @@ test_off_refused_with_allow_off_no() {
     assert_contains "$OUT" "allow_off=no" "the message says off is not allowed"
     run_capture srun -w n1 --gpu-health=warn true
     assert_eq "$RC" 0 "--gpu-health=warn still runs"
+}
+
+# 9. In a batch job over an IB node and a RoCE node, srun steps get each
+#    node's own variables (not the batch node's, which the script's
+#    environment carries), and a value the script changed is kept.
+test_batch_steps_derive_per_node() {
+    GH_FOCUS="n1 n2"
+    spank_save_config
+    spank_plugin_args
+    spank_node_fabric n1 ib-ndr8-one-down
+    spank_node_fabric n2 roce-v2
+    gh_sbatch_wait 90 -N2 -w n1,n2 --wrap '
+        echo "batch NCCL_IB_HCA=$NCCL_IB_HCA"
+        srun -N2 --ntasks-per-node=1 -l bash -c "echo \$SLURMD_NODENAME HCA=\$NCCL_IB_HCA GID=\${NCCL_IB_GID_INDEX:-none} TO=\$NCCL_IB_TIMEOUT"
+        export NCCL_IB_TIMEOUT=19
+        srun -N2 --ntasks-per-node=1 -l bash -c "echo \$SLURMD_NODENAME changed TO=\$NCCL_IB_TIMEOUT"'
+    local out
+    out=$(gh_cat "$(gh_job_out "$GH_JOB")")
+    assert_eq "$GH_JOB_RC" 0 "2-node batch job $GH_JOB exits 0"
+    assert_contains "$out" "batch NCCL_IB_HCA=$IB_HCAS" "the batch step on n1 gets the IB list"
+    assert_contains "$out" "n1 HCA=$IB_HCAS GID=none TO=22" "the srun step on n1 gets n1's variables"
+    assert_contains "$out" "n2 HCA==mlx5_0:1,mlx5_1:1 GID=3 TO=22" "the srun step on n2 gets n2's RoCE variables, not the batch node's"
+    assert_contains "$out" "n1 changed TO=19" "a value the script changed is kept on n1"
+    assert_contains "$out" "n2 changed TO=19" "and on n2"
 }

@@ -10,6 +10,7 @@
 //! is left out of test builds, which have no Slurm to link against.
 
 pub mod args;
+pub mod env_marker;
 pub mod options;
 pub mod step_checks;
 

@@ -16,6 +16,7 @@ use gpu_health_core::topology::check_node_groups;
 use gpu_health_core::verdict::Mode;
 
 use crate::args::PluginArgs;
+use crate::env_marker::{should_write, SetByPlugin, MARKER};
 use crate::options::{nccl_debug_file, read_lenient, JobOptions, OptionValues};
 use crate::spank::{self, SetEnv, Spank};
 use crate::step_checks::{health_report, job_gpus, read_topology, read_verdict, tp_report};
@@ -47,10 +48,12 @@ pub fn setup_step(spank: &Spank, values: &OptionValues, args: &PluginArgs) {
         .sysfs_root
         .clone()
         .unwrap_or_else(|| config.sysfs_root.clone());
-    set_nccl_env(spank, &sysfs_root, args);
+    let mut env = EnvWriter::new(spank, args);
+    set_nccl_env(&mut env, &sysfs_root, args);
     if let Some(level) = &opts.nccl_debug {
-        set_var(spank, "NCCL_DEBUG", level, args);
+        env.set("NCCL_DEBUG", level);
     }
+    env.finish();
     let setup = StepSetup {
         opts,
         node,
@@ -61,12 +64,15 @@ pub fn setup_step(spank: &Spank, values: &OptionValues, args: &PluginArgs) {
     crate::hooks::with_state(|s| s.remote = Some(setup));
 }
 
-/// The Slurm node name: the job's SLURMD_NODENAME, slurmd's own (several
-/// slurmd may share a host), else the short host name.
+/// The Slurm node name: slurmd's own SLURMD_NODENAME (slurmd sets it in
+/// its environment; slurmstepd inherits it; several slurmd may share a
+/// host), else the job's, else the short host name. The job's comes
+/// second: in a batch job it is the batch node's, exported to every step.
 fn node_name(spank: &Spank) -> String {
-    spank
-        .getenv("SLURMD_NODENAME")
-        .or_else(|| std::env::var("SLURMD_NODENAME").ok())
+    std::env::var("SLURMD_NODENAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .or_else(|| spank.getenv("SLURMD_NODENAME"))
         .filter(|n| !n.is_empty())
         .unwrap_or_else(short_hostname)
 }
@@ -97,7 +103,7 @@ fn load_config(args: &PluginArgs, node: &str) -> Config {
     }
 }
 
-fn set_nccl_env(spank: &Spank, sysfs_root: &Path, args: &PluginArgs) {
+fn set_nccl_env(env: &mut EnvWriter, sysfs_root: &Path, args: &PluginArgs) {
     let fabric = match read_fabric(sysfs_root) {
         Ok(f) => f,
         Err(e) => {
@@ -107,25 +113,79 @@ fn set_nccl_env(spank: &Spank, sysfs_root: &Path, args: &PluginArgs) {
             return;
         }
     };
-    let env = derive_nccl_env(&fabric, &args.nccl);
-    for note in &env.notes {
+    let derived = derive_nccl_env(&fabric, &args.nccl);
+    for note in &derived.notes {
         spank::verbose(&format!("gpu-health: {note}"));
     }
-    for var in &env.vars {
-        set_var(spank, &var.name, &var.value, args);
+    for var in &derived.vars {
+        env.set(&var.name, &var.value);
     }
 }
 
-/// Set one variable unless the user did (or the admin forces it).
-fn set_var(spank: &Spank, name: &str, value: &str, args: &PluginArgs) {
-    let force = args.nccl_force.iter().any(|n| n == name);
-    match spank.setenv(name, value, force) {
-        SetEnv::Set => spank::verbose(&format!("gpu-health: {name}={value}")),
-        SetEnv::KeptUsers => spank::verbose(&format!("gpu-health: {name} kept as the user set it")),
-        SetEnv::Failed(code) => spank::error(&format!(
-            "gpu-health: cannot set {name}: {}",
-            spank::strerror(code)
-        )),
+/// Writes the job's variables: never over the user's value (unless the
+/// admin forces it), always over the plugin's own from an earlier step
+/// (the batch step's values are the batch node's, not this node's).
+struct EnvWriter<'a> {
+    spank: &'a Spank,
+    force: &'a [String],
+    earlier: SetByPlugin,
+    now: SetByPlugin,
+}
+
+impl<'a> EnvWriter<'a> {
+    fn new(spank: &'a Spank, args: &'a PluginArgs) -> Self {
+        EnvWriter {
+            spank,
+            force: &args.nccl_force,
+            earlier: SetByPlugin::parse(spank.getenv(MARKER).as_deref()),
+            now: SetByPlugin::default(),
+        }
+    }
+
+    fn set(&mut self, name: &str, value: &str) {
+        let current = self.spank.getenv(name);
+        let forced = self.force.iter().any(|n| n == name);
+        if !should_write(current.as_deref(), name, forced, &self.earlier) {
+            spank::verbose(&format!("gpu-health: {name} kept as the user set it"));
+            return;
+        }
+        match self.spank.setenv(name, value, true) {
+            SetEnv::Set | SetEnv::KeptUsers => {
+                spank::verbose(&format!("gpu-health: {name}={value}"));
+                self.now.record(name, value);
+            }
+            SetEnv::Failed(code) => spank::error(&format!(
+                "gpu-health: cannot set {name}: {}",
+                spank::strerror(code)
+            )),
+        }
+    }
+
+    /// Drop the earlier step's variables this node does not derive, and
+    /// record what this step set.
+    fn finish(self) {
+        for name in self.earlier.names() {
+            if self.now.names().any(|n| n == name) {
+                continue;
+            }
+            let ours = self
+                .spank
+                .getenv(name)
+                .is_some_and(|cur| self.earlier.is_plugins(name, &cur));
+            if ours {
+                let _ = self.spank.unsetenv(name);
+            }
+        }
+        let result = if self.now.is_empty() {
+            self.spank.unsetenv(MARKER)
+        } else if self.spank.setenv(MARKER, &self.now.render(), true) == SetEnv::Set {
+            Ok(())
+        } else {
+            Err(0)
+        };
+        if result.is_err() {
+            spank::verbose("gpu-health: cannot record the variables set");
+        }
     }
 }
 

@@ -172,6 +172,18 @@ impl Spank {
     }
 }
 
+impl Spank {
+    /// Remove a variable from the job's environment (remote context).
+    pub fn unsetenv(&self, name: &str) -> Result<(), u32> {
+        let n = CString::new(name).map_err(|_| sys::slurm_err_t_ESPANK_BAD_ARG)?;
+        // SAFETY: NUL-terminated, outlives the call.
+        match unsafe { sys::spank_unsetenv(self.0, n.as_ptr()) } {
+            sys::ESPANK_SUCCESS => Ok(()),
+            e => Err(e),
+        }
+    }
+}
+
 /// Slurm's text for a SPANK error code.
 pub fn strerror(code: u32) -> String {
     // SAFETY: spank_strerror returns a pointer to a static string.

@@ -1,0 +1,182 @@
+# shellcheck shell=bash
+# End-to-end tests of operations (issue 7): gpu-health as Slurm's real
+# HealthCheckProgram (ci/slurm-up wires a wrapper that runs only while
+# etc/health-check.enabled exists; HealthCheckInterval=5 s), the automatic
+# return of drain-until-clean drains, foreign drains left alone, drain
+# rules that wait for `gpu-health resume`, and the drain brake across 4
+# nodes. Run by ci/e2e/run, which resets the cluster before each test (and
+# restores the node drop-ins these tests extend).
+
+# shellcheck source=ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+
+hc_flag() { printf '%s/etc/health-check.enabled\n' "$GH_DIR"; }
+
+# Switch the health check on for the rest of the test (off again at exit,
+# also when the test aborts).
+health_check_on() {
+    : >"$(hc_flag)"
+    trap 'rm -f "$(hc_flag)"' EXIT
+}
+
+health_check_off() { rm -f "$(hc_flag)"; }
+
+# ops_config NODE TOML: add TOML to NODE's drop-in (backed up as .good, the
+# convention gh_reset_cluster restores before the next test).
+ops_config() {
+    local f
+    f=$(gh_dropin "$1")
+    [[ -f $f.good ]] || cp "$f" "$f.good"
+    printf '%s\n' "$2" >>"$f"
+}
+
+# The stand-in dcgmi (ci/fixtures/dcgmi) for NODE, answering MODE.
+dcgm_standin() {
+    local node=$1 mode=$2 dir=$GH_DIR/$1/dcgmi
+    if [[ ! -d $dir ]]; then
+        mkdir -p "$dir"
+        cp "$GH_REPO"/ci/fixtures/dcgmi/* "$dir/"
+        ops_config "$node" "[dcgm]
+dcgmi = \"$dir/dcgmi\"
+timeout_ms = 5000"
+    fi
+    printf '%s\n' "$mode" >"$dir/mode"
+}
+
+# gpu-health resume as an admin runs it on NODE.
+admin_resume() {
+    local node=$1
+    shift
+    SLURMD_NODENAME=$node GPU_HEALTH_CONFIG=$GH_DIR/etc/gpu-health.toml \
+        "$GH_BIN_DIR/gpu-health" resume "$node" "$@"
+}
+
+# Nodes drained with a gpu-health reason, one per line.
+own_drains() {
+    local node
+    for node in $(gh_nodes); do
+        [[ $(gh_node_state "$node") == *drain* && $(gh_node_reason "$node") == gpu-health:* ]] &&
+            printf '%s\n' "$node"
+    done
+    return 0
+}
+
+# 1. Xid 31 drains a node until clean; after the quiet time a health-check
+#    run returns it to idle by itself.
+test_xid31_drains_until_clean_and_returns() {
+    GH_FOCUS=n1
+    local quiet=10 reason t_drained t_back
+    ops_config n1 "[recovery]
+quiet_time_s = $quiet"
+    health_check_on
+    gh_kernel_log_append n1 "$(gh_xid_line 0000:18:00 31 51234 'name=python3, Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS')"
+    assert_node_state n1 'idle\+drain' 30 "n1 is drained by the health check after an Xid 31"
+    t_drained=$SECONDS
+    reason=$(gh_node_reason n1)
+    assert_match "$reason" '^gpu-health: Xid 31 ' "n1's reason is gpu-health's and names Xid 31"
+    assert_match "$reason" '\(drain-until-clean\)$' "the reason says it clears itself"
+    assert_file "$GH_DIR/n1/state/drain.json" "the drain is recorded in n1's state"
+    assert_node_state n1 idle $((quiet + 40)) "n1 returns to idle after the quiet time"
+    t_back=$SECONDS
+    assert_le "$quiet" $((t_back - t_drained + 1)) "n1 stayed drained at least the quiet time (${quiet}s)"
+    assert_contains "$(gh_cat "$(gh_gpu_health_log n1)")" "returned to service" "n1's log says it returned"
+    assert_eq "$(gh_cat "$GH_DIR/n1/state/drain.json")" "" "the drain record is gone"
+    assert_eq "$(gh_node_state n2)" idle "the other nodes were not touched"
+}
+
+# 2. An admin's drain (another reason) is never touched, not even when
+#    gpu-health finds a fault there.
+test_foreign_drain_untouched() {
+    GH_FOCUS=n2
+    local reason="admin: reseat riser card"
+    ops_config n2 "[recovery]
+quiet_time_s = 1"
+    scontrol update NodeName=n2 State=DRAIN "Reason=$reason"
+    health_check_on
+    gh_kernel_log_append n2 "$(gh_xid_line 0000:18:00 31 99 'MMU Fault')"
+    # Three health-check intervals.
+    local deadline=$((SECONDS + 60))
+    until grep -q "health check on n2" "$(gh_gpu_health_log n2)" 2>/dev/null || ((SECONDS > deadline)); do sleep 1; done
+    sleep 12
+    assert_contains "$(gh_cat "$(gh_gpu_health_log n2)")" "health check on n2" "the health check ran on n2"
+    assert_match "$(gh_node_state n2)" drain "n2 is still drained"
+    assert_eq "$(gh_node_reason n2)" "$reason" "n2 keeps the admin's reason"
+    assert_contains "$(gh_cat "$(gh_gpu_health_log n2)")" "drained by someone else" "gpu-health logged that it left n2 alone"
+    health_check_off
+    local out rc=0
+    out=$(admin_resume n2 2>&1) || rc=$?
+    assert_eq "$rc" 2 "gpu-health resume refuses a foreign drain"
+    assert_contains "$out" "drained by someone else" "and says why"
+    assert_eq "$(gh_node_reason n2)" "$reason" "n2 still has the admin's reason"
+}
+
+# 3. A drain rule (Xid 79) stays drained through clean health checks until
+#    gpu-health resume; resume refuses while the checks (or DCGM) fail.
+test_drain_rule_waits_for_resume() {
+    local node=n3
+    (($(gh_node_count) >= 3)) || node=n2
+    GH_FOCUS=$node
+    ops_config "$node" "[recovery]
+quiet_time_s = 1"
+    dcgm_standin "$node" pass
+    health_check_on
+    gh_kernel_log_append "$node" "$(gh_xid_line 0000:5d:00 79 2210 'GPU has fallen off the bus.')"
+    assert_node_state "$node" 'idle\+drain' 30 "$node is drained after an Xid 79"
+    assert_match "$(gh_node_reason "$node")" '^gpu-health: Xid 79 .*\(drain\)$' "the reason is a (drain) one"
+    sleep 15
+    assert_match "$(gh_node_state "$node")" drain "$node stays drained through clean health checks"
+    health_check_off
+    sleep 1
+
+    local out rc=0
+    gh_set_scenario "$node" h100x8-dbe
+    out=$(admin_resume "$node" 2>&1) || rc=$?
+    assert_eq "$rc" 1 "resume refuses while a GPU has double-bit ECC errors"
+    assert_contains "$out" "ECC DBE" "and names the fault"
+    assert_match "$(gh_node_state "$node")" drain "$node is still drained"
+
+    gh_set_scenario "$node" h100x8-healthy
+    dcgm_standin "$node" fail
+    rc=0
+    out=$(admin_resume "$node" 2>&1) || rc=$?
+    assert_eq "$rc" 1 "resume refuses when DCGM finds a hardware fault"
+    assert_contains "$out" "DCGM Page Retirement/Row Remap GPU1 failed" "and names DCGM's failed test"
+
+    dcgm_standin "$node" busy
+    rc=0
+    out=$(admin_resume "$node" 2>&1) || rc=$?
+    assert_eq "$rc" 0 "resume succeeds once clean (busy DCGM is not a fault): $out"
+    assert_contains "$out" "resumed $node" "resume says so"
+    assert_node_state "$node" idle 20 "$node is idle again"
+}
+
+# 4. The brake: a fault on all 4 nodes at once, brake at 25%: exactly one
+#    node is drained, the others stay in service and say why.
+test_brake_drains_only_a_quarter() {
+    GH_FOCUS=$(gh_nodes | tr '\n' ' ')
+    local node n drained
+    n=$(gh_node_count)
+    for node in $(gh_nodes); do
+        ops_config "$node" "[brake]
+max_drained_fraction = 0.25
+settle_ms = 2000"
+        gh_set_scenario "$node" h100x8-dbe
+    done
+    health_check_on
+    # Until the first drain, then two more rounds of health checks.
+    local deadline=$((SECONDS + 40))
+    until [[ -n $(own_drains) ]] || ((SECONDS > deadline)); do sleep 1; done
+    sleep 15
+    drained=$(own_drains | wc -l)
+    assert_eq "$drained" $((n / 4 > 0 ? n / 4 : 1)) "exactly a quarter of $n nodes drained ($(own_drains | tr '\n' ' '))"
+    sleep 6
+    assert_eq "$(own_drains | wc -l)" "$drained" "and it stays so over more health checks"
+    local held=0
+    for node in $(gh_nodes); do
+        if [[ $(gh_node_state "$node") != *drain* ]]; then
+            grep -q "drain brake" "$(gh_gpu_health_log "$node")" 2>/dev/null && held=$((held + 1))
+            assert_file "$GH_DIR/$node/state/held-back.json" "$node keeps its held-back finding"
+        fi
+    done
+    assert_eq "$held" $((n - drained)) "every node left in service logged the brake"
+}

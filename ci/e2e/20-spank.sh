@@ -210,3 +210,24 @@ test_batch_steps_derive_per_node() {
     assert_contains "$out" "n1 changed TO=19" "a value the script changed is kept on n1"
     assert_contains "$out" "n2 changed TO=19" "and on n2"
 }
+
+# 10. The built plugin references only symbols this Slurm exports (a Rust
+#     cdylib binds all of them at load) and carries this Slurm's version.
+test_plugin_binary_matches_this_slurm() {
+    local so=$GH_BIN_DIR/libgpu_health_spank.so lib="" f missing=() sym want have defined
+    for f in /usr/lib/x86_64-linux-gnu/slurm-wlm/libslurmfull.so /usr/lib64/slurm/libslurmfull.so; do
+        if [[ -f $f ]]; then lib=$f; break; fi
+    done
+    if [[ ! -f $so || -z $lib ]]; then
+        fail "plugin ($so) or libslurmfull not found"
+        return 0
+    fi
+    defined=$(nm -D --defined-only "$lib" | awk '{ print $3 }')
+    while read -r sym; do
+        grep -qxF "$sym" <<<"$defined" || missing+=("$sym")
+    done < <(nm -D --undefined-only "$so" | awk '$2 !~ /@/ && $1 == "U" { print $2 }')
+    assert_eq "${missing[*]}" "" "every Slurm symbol the plugin uses exists in $lib"
+    want=$(awk '/#define SLURM_VERSION_NUMBER/ { print $3 }' /usr/include/slurm/slurm_version.h)
+    have=$(python3 -c 'import ctypes,sys; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); l=ctypes.CDLL(sys.argv[2]); print(hex(ctypes.c_uint.in_dll(l, "plugin_version").value))' "$lib" "$so" 2>&1)
+    assert_eq "$have" "$want" "plugin_version is slurm_version.h's SLURM_VERSION_NUMBER"
+}

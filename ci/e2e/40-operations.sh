@@ -158,8 +158,7 @@ test_brake_drains_only_a_quarter() {
     n=$(gh_node_count)
     for node in $(gh_nodes); do
         ops_config "$node" "[brake]
-max_drained_fraction = 0.25
-settle_ms = 2000"
+max_drained_fraction = 0.25"
         gh_set_scenario "$node" h100x8-dbe
     done
     health_check_on

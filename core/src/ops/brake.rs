@@ -5,13 +5,15 @@
 //! Two checks, both on the failing path only:
 //! 1. before draining, count the nodes already drained with a
 //!    `gpu-health:` reason in scope ([`pre_check`]);
-//! 2. after draining, wait [`BrakeConfig::settle_ms`] and count again
-//!    ([`post_check`]): nodes that fail together (a health check runs on
-//!    every node at the same moment) all passed step 1. The drains are
-//!    ranked by the time slurmctld stamped on their reason (then by name);
-//!    a node outside the first `allowed` undoes its own drain. Every drain
-//!    stamped at or before ours has reached slurmctld once a bit more than
-//!    a second has passed, so every racing node computes the same ranking.
+//! 2. after draining, wait until the next full second plus
+//!    [`BrakeConfig::settle_ms`] and count again ([`post_check`]): nodes
+//!    that fail together (a health check runs on every node at the same
+//!    moment, a broken rule fails every prolog of a 64-node job) all passed
+//!    step 1. The drains are ranked by the time slurmctld stamped on their
+//!    reason (then by name); a node outside the first `allowed` undoes its
+//!    own drain. Every drain stamped at or before ours has reached
+//!    slurmctld once the second of our stamp is over, so every racing node
+//!    computes the same ranking.
 
 use serde::{Deserialize, Serialize};
 
@@ -40,8 +42,9 @@ pub struct BrakeConfig {
     /// 4-node partition can still lose its one broken node).
     pub min_drainable: u32,
     pub scope: BrakeScope,
-    /// Wait between the drain and the confirming count; must exceed one
-    /// second (the resolution of Slurm's reason time stamps).
+    /// The confirming count waits for the end of the second in which the
+    /// drain was made (Slurm stamps reasons to the second) plus this much,
+    /// which covers clock skew between this node and slurmctld.
     pub settle_ms: u64,
 }
 
@@ -52,7 +55,7 @@ impl Default for BrakeConfig {
             max_drained_fraction: 0.10,
             min_drainable: 1,
             scope: BrakeScope::Partition,
-            settle_ms: 2_000,
+            settle_ms: 500,
         }
     }
 }
@@ -63,9 +66,9 @@ impl BrakeConfig {
         if !(f.is_finite() && (0.0..=1.0).contains(&f)) {
             return Err(format!("brake.max_drained_fraction = {f} is outside 0..=1"));
         }
-        if !(1_100..=20_000).contains(&self.settle_ms) {
+        if !(100..=10_000).contains(&self.settle_ms) {
             return Err(format!(
-                "brake.settle_ms = {} is outside 1100..=20000 (Slurm stamps reasons to the second)",
+                "brake.settle_ms = {} is outside 100..=10000",
                 self.settle_ms
             ));
         }
@@ -349,7 +352,7 @@ mod tests {
         assert!(cfg(1.5).validate().is_err());
         assert!(cfg(f64::NAN).validate().is_err());
         let fast = BrakeConfig {
-            settle_ms: 100,
+            settle_ms: 50,
             ..BrakeConfig::default()
         };
         assert!(fast.validate().is_err());

@@ -127,10 +127,11 @@ fn record_drain(cfg: &Config, node: &str, reason: &str, now_ms: u64) {
     }
 }
 
-/// The brake's second look, after `settle_ms`: undo our drain when other
-/// nodes drained at the same moment came first.
+/// The brake's second look, once the second of our drain is over (plus
+/// `settle_ms`): undo our drain when nodes drained at the same moment came
+/// first.
 fn confirm(cfg: &Config, node: &str) -> Option<String> {
-    std::thread::sleep(Duration::from_millis(cfg.brake.settle_ms));
+    std::thread::sleep(settle_wait(crate::probe::unix_ms(), cfg.brake.settle_ms));
     let nodes = match query_nodes(cfg) {
         Ok(n) => n,
         Err(e) => {
@@ -151,6 +152,11 @@ fn confirm(cfg: &Config, node: &str) -> Option<String> {
     }
 }
 
+/// From `now_ms` to the next full second plus `settle_ms`.
+fn settle_wait(now_ms: u64, settle_ms: u64) -> Duration {
+    Duration::from_millis(1_000 - now_ms % 1_000 + settle_ms)
+}
+
 /// Resume `node` and forget its drain record. The caller has checked that
 /// the node's reason is gpu-health's.
 pub fn resume_own(cfg: &Config, node: &str) -> Result<(), SlurmError> {
@@ -158,4 +164,16 @@ pub fn resume_own(cfg: &Config, node: &str) -> Result<(), SlurmError> {
     drain_state::clear_drain_record(&cfg.state_dir);
     log::warn!("resumed {node}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settle_ends_after_the_next_full_second() {
+        assert_eq!(settle_wait(10_000, 500), Duration::from_millis(1_500));
+        assert_eq!(settle_wait(10_999, 500), Duration::from_millis(501));
+        assert_eq!(settle_wait(10_400, 300), Duration::from_millis(900));
+    }
 }

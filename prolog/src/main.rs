@@ -54,7 +54,9 @@ fn run() -> i32 {
     logging::set_target(&ctx.node, cfg.log_file.as_deref());
     if let Some(e) = &loaded.error {
         // Repeated after the log file is known, so the node's log shows it.
-        log::error!("configuration error, defaults in force, no drain in this run: {e}");
+        log::error!(
+            "configuration error, no drain in this run (fallback in force, see above): {e}"
+        );
     }
     for n in &ctx.notes {
         log::warn!("{n}");
@@ -145,7 +147,9 @@ fn run_health_check() -> i32 {
     let cfg = &loaded.config;
     logging::set_target(&node, cfg.log_file.as_deref());
     if let Some(e) = &loaded.error {
-        log::error!("configuration error, defaults in force, no drain in this run: {e}");
+        log::error!(
+            "configuration error, no drain in this run (fallback in force, see above): {e}"
+        );
     }
     health::run(cfg, loaded.error.is_none(), &node, now_ms).exit_code()
 }

@@ -5,120 +5,12 @@
 //! path that does not exist, so the prolog logs the reason it would have
 //! set, and the test reads it from the log file.
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// The stand-in libnvidia-ml (ci/test builds the workspace before testing).
-fn sim_library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [
-        deps.parent().unwrap().join("libnvml_sim.so"),
-        deps.join("libnvml_sim.so"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-    .expect("libnvml_sim.so not built: run `cargo build -p nvml-sim` first")
-}
-
-struct Node {
-    dir: tempfile::TempDir,
-}
-
-struct Run {
-    code: i32,
-    log: String,
-    elapsed: Duration,
-}
-
-impl Node {
-    fn new(scenario: &str) -> Node {
-        let dir = tempfile::tempdir().unwrap();
-        let lib = dir.path().join("lib");
-        std::fs::create_dir(&lib).unwrap();
-        std::fs::copy(sim_library(), lib.join("libnvidia-ml.so.1")).unwrap();
-        let node = Node { dir };
-        node.set_scenario(scenario);
-        std::fs::write(node.path("kernel.log"), "").unwrap();
-        node.write_config("");
-        node
-    }
-
-    fn path(&self, p: &str) -> PathBuf {
-        self.dir.path().join(p)
-    }
-
-    fn set_scenario(&self, name: &str) {
-        let src = workspace()
-            .join("nvml-sim/scenarios")
-            .join(format!("{name}.json"));
-        std::fs::copy(src, self.path("lib/scenario.json")).unwrap();
-    }
-
-    fn write_config(&self, extra: &str) {
-        let text = format!(
-            "nvml_library = {:?}\nkernel_log = {:?}\nstate_dir = {:?}\nlog_file = {:?}\n\
-             scontrol = \"/nonexistent/scontrol\"\nnvml_deadline_ms = 1500\n{extra}",
-            self.path("lib/libnvidia-ml.so.1"),
-            self.path("kernel.log"),
-            self.path("state"),
-            self.path("gpu-health.log"),
-        );
-        std::fs::write(self.path("gpu-health.toml"), text).unwrap();
-        // No slurmctld here: without the drain brake (which fails safe and
-        // keeps the node in service) the drain is attempted and its
-        // failure logged with the reason. A drop-in keeps the main file's
-        // line numbers.
-        std::fs::create_dir_all(self.path("gpu-health.d")).unwrap();
-        std::fs::write(
-            self.path("gpu-health.d/n1.toml"),
-            "[brake]\nenabled = false\n",
-        )
-        .unwrap();
-    }
-
-    fn prolog(&self, job: &str, gpus: &str) -> Run {
-        let _ = std::fs::remove_file(self.path("gpu-health.log"));
-        let t0 = Instant::now();
-        let out = Command::new(env!("CARGO_BIN_EXE_gpu-health-prolog"))
-            .env_clear()
-            .env("GPU_HEALTH_CONFIG", self.path("gpu-health.toml"))
-            .env("SLURMD_NODENAME", "n1")
-            .env("SLURM_JOB_ID", job)
-            .env("SLURM_JOB_GPUS", gpus)
-            .output()
-            .unwrap();
-        let log = std::fs::read_to_string(self.path("gpu-health.log")).unwrap_or_default();
-        Run {
-            code: out.status.code().unwrap_or(-1),
-            log,
-            elapsed: t0.elapsed(),
-        }
-    }
-
-    fn verdict(&self, job: &str) -> serde_json::Value {
-        let text = std::fs::read_to_string(self.path(&format!("state/jobs/{job}.json"))).unwrap();
-        serde_json::from_str(&text).unwrap()
-    }
-}
-
-fn drain_reason(run: &Run) -> Option<String> {
-    let line = run
-        .log
-        .lines()
-        .find(|l| l.contains("could not drain n1 ("))?;
-    let start = line.find("(gpu-health:")? + 1;
-    let end = line[start..].find("): ")? + start;
-    Some(line[start..end].to_string())
-}
+use common::{drain_reason, Node};
 
 #[test]
 fn healthy_scenarios_pass_and_write_verdicts() {
@@ -250,25 +142,28 @@ fn xid_in_kernel_log_drains_once() {
 #[test]
 fn malformed_config_never_drains() {
     let n = Node::new("h100x8-dbe");
-    // The node's file is broken: the prolog keeps going on defaults.
-    let cfg = std::fs::read_to_string(n.path("gpu-health.toml")).unwrap();
-    std::fs::write(
-        n.path("gpu-health.toml"),
-        format!("{cfg}nvml_deadline_ms = = 3\n"),
-    )
-    .unwrap();
-    let r = Command::new(env!("CARGO_BIN_EXE_gpu-health-prolog"))
-        .env_clear()
-        .env("GPU_HEALTH_CONFIG", n.path("gpu-health.toml"))
-        .env("SLURMD_NODENAME", "n1")
-        .env("SLURM_JOB_ID", "112")
-        .output()
-        .unwrap();
-    assert_eq!(r.status.code(), Some(0));
-    let err = String::from_utf8_lossy(&r.stderr);
+    // The node's drop-in is broken: the main file stays in force (so the
+    // test never falls back to the host's default paths), nothing drains.
+    n.write_dropin("[brake]\nenabled = false\nnvml_deadline_ms = = 3\n");
+    let r = n.prolog("112", "3");
+    assert_eq!(r.code, 0, "{}", r.log);
     assert!(
-        err.contains("configuration error") && err.contains("line 7"),
-        "{err}"
+        r.log.contains("configuration error") && r.log.contains("line 3"),
+        "{}",
+        r.log
+    );
+    assert!(
+        r.log
+            .contains("would have drained: gpu-health: ECC DBE GPU3"),
+        "{}",
+        r.log
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(n.path("state/jobs/112.json")).unwrap())
+            .unwrap();
+    assert!(
+        v["config_error"].as_str().unwrap().contains("n1.toml"),
+        "{v}"
     );
 }
 

@@ -49,10 +49,18 @@ install_deb() {
     "$cli" help >/dev/null || gh_die "$cli help failed"
     [[ -f $release/libnvml_sim.so ]] || gh_die "$release/libnvml_sim.so (the tests' NVML stand-in) is missing"
 
-    # For ci/slurm-up and the e2e tests: the installed programs, the
-    # stand-in NVML from the build tree (it is not packaged).
+    # For ci/slurm-up and the e2e tests: slurm.conf and plugstack.conf name
+    # the installed files; tests that run "$GH_BIN_DIR/<file>" themselves
+    # find links to the installed files there, and the NVML stand-in of the
+    # build tree (it is not packaged).
+    local bin=$out/installed-bin f
+    rm -rf "$bin"
+    mkdir -p "$bin"
+    for f in "$cli" "$prolog" "$epilog" "$spank" "$release/libnvml_sim.so"; do
+        ln -s "$f" "$bin/"
+    done
     {
-        printf 'GPU_HEALTH_BIN_DIR=%q\n' "$(dirname "$cli")"
+        printf 'GPU_HEALTH_BIN_DIR=%q\n' "$bin"
         printf 'GPU_HEALTH_PROLOG=%q\n' "$prolog"
         printf 'GPU_HEALTH_EPILOG=%q\n' "$epilog"
         printf 'GPU_HEALTH_SPANK=%q\n' "$spank"
@@ -77,6 +85,6 @@ uninstall_deb() {
     keep) gh_warn "a gpu-health package was installed before: left installed, now at the tested version" ;;
     *) gh_die "unreadable $install_state" ;;
     esac
-    rm -f "$install_state" "$out/installed.env"
+    rm -rf "$install_state" "$out/installed.env" "$out/installed-bin"
     gh_say "gpu-health package: $undo done"
 }

@@ -18,11 +18,20 @@ fn main() {
     }
     let health_check =
         args.iter().any(|a| a == "--health-check") || std::env::var_os("SLURM_JOB_ID").is_none();
-    std::process::exit(if health_check {
-        run_health_check()
-    } else {
-        run()
+    // A panic is gpu-health's own fault: it must not become a non-zero
+    // exit, which Slurm answers by draining the node ("Prolog error").
+    let code = std::panic::catch_unwind(|| {
+        if health_check {
+            run_health_check()
+        } else {
+            run()
+        }
+    })
+    .unwrap_or_else(|_| {
+        log::error!("internal error in gpu-health-prolog; letting the job start");
+        0
     });
+    std::process::exit(code);
 }
 
 const HELP: &str = "\

@@ -107,6 +107,9 @@ fn unwrap_kmsg(line: &[u8]) -> Option<(Stamp, Option<u64>, &[u8])> {
 /// `[  123.456789] msg` or `[Sun Nov 29 14:00:01 2026] msg`.
 fn unwrap_bracket(line: &[u8]) -> Option<(Stamp, Option<u64>, &[u8])> {
     let close = memchr::memchr(b']', line)?;
+    if line.first() != Some(&b'[') {
+        return None;
+    }
     let inner = &line[1..close];
     let body = line[close + 1..]
         .strip_prefix(b" ")

@@ -19,8 +19,8 @@ install_deb() {
     if [[ ! -f $install_state ]]; then
         if dpkg-query -W -f '${Status}' gpu-health 2>/dev/null | grep -q ' installed$'; then
             undo=keep
-        elif [[ -e /var/lib/gpu-health || -e /etc/slurm/gpu-health.toml || -e /etc/slurm/plugstack.conf.d/gpu-health.conf ]]; then
-            # A purge would delete them: remove the programs only.
+        elif [[ -e /etc/slurm/gpu-health.toml || -e /etc/slurm/plugstack.conf.d/gpu-health.conf ]]; then
+            # A purge would delete these files: remove the programs only.
             undo=remove
         else
             undo=purge
@@ -80,7 +80,7 @@ uninstall_deb() {
     purge) dpkg --purge gpu-health >/dev/null ;;
     remove)
         dpkg --remove gpu-health >/dev/null
-        gh_warn "gpu-health removed; its configuration files and /var/lib/gpu-health were there before and are kept"
+        gh_warn "gpu-health removed; its configuration files were there before and are kept"
         ;;
     keep) gh_warn "a gpu-health package was installed before: left installed, now at the tested version" ;;
     *) gh_die "unreadable $install_state" ;;

@@ -20,7 +20,8 @@ commands:
                             per-job GPU energy, peak memory, health deltas
   health-check              the HealthCheckProgram run: checks, drains, automatic return
   resume NODE [--force]     on NODE itself: re-run the checks, resume a gpu-health drain if clean
-  help                      this text
+  help, --help              this text (also: gpu-health <command> --help)
+  --version                 the version
 
 Configuration: $GPU_HEALTH_CONFIG, else gpu-health.toml beside $SLURM_CONF,
 else /etc/slurm/gpu-health.toml (see docs/configuration.md).
@@ -29,7 +30,15 @@ else /etc/slurm/gpu-health.toml (see docs/configuration.md).
 fn main() {
     logging::init("gpu-health", log::Level::Error);
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() > 1 && args[1..].iter().any(|a| a == "--help" || a == "-h") {
+        print!("{USAGE}");
+        std::process::exit(0);
+    }
     let code = match args.first().map(String::as_str) {
+        Some("--version" | "version") => {
+            println!("gpu-health {}", env!("CARGO_PKG_VERSION"));
+            0
+        }
         Some("check") => with_config(|cfg, err| check::run(&args[1..], cfg, err)),
         Some("xids") => with_config(|cfg, _| xids::run(&args[1..], cfg)),
         Some("report") => with_config(|cfg, _| report::run(&args[1..], cfg)),

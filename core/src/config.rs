@@ -1,8 +1,8 @@
 //! gpu-health configuration: one TOML file, every key with a default.
 //!
 //! Where the file is: `$GPU_HEALTH_CONFIG`, else `gpu-health.toml` beside
-//! slurm.conf (`$SLURM_CONF`, which slurmd passes to Prolog and Epilog),
-//! else `/etc/slurm/gpu-health.toml`. A per-node drop-in
+//! slurm.conf (`$SLURM_CONF`, which slurmd passes to Prolog and Epilog)
+//! when it exists there, else `/etc/slurm/gpu-health.toml`. A per-node drop-in
 //! `gpu-health.d/<node>.toml` beside it overrides single keys for one node
 //! (heterogeneous clusters; the test cluster gives each node its own
 //! scenario that way).
@@ -192,9 +192,13 @@ pub fn config_path() -> PathBuf {
     if let Some(p) = std::env::var_os("GPU_HEALTH_CONFIG").filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
+    // Beside slurm.conf when it is there; in configless Slurm SLURM_CONF
+    // points into slurmd's cache, which holds no gpu-health.toml.
     if let Some(conf) = std::env::var_os("SLURM_CONF").filter(|p| !p.is_empty()) {
-        if let Some(dir) = Path::new(&conf).parent() {
-            return dir.join("gpu-health.toml");
+        if let Some(p) = Path::new(&conf).parent().map(|d| d.join("gpu-health.toml")) {
+            if p.exists() {
+                return p;
+            }
         }
     }
     PathBuf::from(DEFAULT_CONFIG_PATH)

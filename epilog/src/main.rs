@@ -31,6 +31,10 @@ fn main() {
         print!("{HELP}");
         return;
     }
+    if std::env::args().skip(1).any(|a| a == "--version") {
+        println!("gpu-health-epilog {}", env!("CARGO_PKG_VERSION"));
+        return;
+    }
     // A panic must not become a non-zero exit (Slurm would drain the node
     // with "Epilog error").
     if std::panic::catch_unwind(run).is_err() {

@@ -16,6 +16,10 @@ fn main() {
         print!("{}", HELP);
         return;
     }
+    if args.iter().any(|a| a == "--version") {
+        println!("gpu-health-prolog {}", env!("CARGO_PKG_VERSION"));
+        return;
+    }
     let health_check =
         args.iter().any(|a| a == "--health-check") || std::env::var_os("SLURM_JOB_ID").is_none();
     // A panic is gpu-health's own fault: it must not become a non-zero

@@ -254,10 +254,12 @@ gh_sbatch() {
 # Cancel all jobs, healthy scenario and good drop-in everywhere, empty
 # kernel logs and state, resume every node, wait until all are idle.
 gh_reset_cluster() {
-    local node nodes
-    nodes=$(gh_node_list)
-    scancel --full "--nodelist=$nodes" 2>/dev/null || true
+    local node deadline
     scancel --user=root 2>/dev/null || true
+    # Cancelled and finished jobs complete first (their Epilog still writes
+    # to the state directories).
+    deadline=$((SECONDS + 60))
+    while [[ -n $(squeue -h -t PD,R,CG -o %i 2>/dev/null) ]] && ((SECONDS < deadline)); do sleep 0.3; done
     for node in $(gh_nodes); do
         gh_restore_dropin "$node"
         gh_set_scenario "$node" "${GH_DEFAULT_SCENARIO:-h100x8-healthy}"

@@ -1,6 +1,7 @@
 //! `gpu-health xids [--json] [--no-probe] [FILE]`: the NVIDIA Xid and SXid
 //! events of a kernel log, with the action the policy gives each.
 
+use gpu_health_core::logging::format_utc_ms as format_utc;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -137,30 +138,6 @@ fn print_table(events: &[XidEvent], policy: &Policy) {
             message.replace(char::is_control, " "),
         );
     }
-}
-
-/// `2026-11-29T14:00:01.123Z`.
-fn format_utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = (secs / 86_400) as i64;
-    let tod = secs % 86_400;
-    // Civil date from days since 1970-01-01 (proleptic Gregorian).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        tod / 3600,
-        tod % 3600 / 60,
-        tod % 60,
-        ms % 1000
-    )
 }
 
 #[cfg(test)]

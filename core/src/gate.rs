@@ -136,6 +136,19 @@ pub fn check_node(config: &Config, opts: ProbeOptions, now_ms: u64) -> NodeCheck
     }
 }
 
+/// [`check_node`] plus the draining findings the brake held back in earlier
+/// runs: what the runs that may drain (prolog, health check) judge.
+pub fn check_node_for_drain(config: &Config, opts: ProbeOptions, now_ms: u64) -> NodeCheck {
+    let mut check = check_node(config, opts, now_ms);
+    crate::ops::drain_state::merge_held_back(
+        &config.state_dir,
+        &mut check.findings,
+        config.recovery.quiet_ms(),
+        now_ms,
+    );
+    check
+}
+
 /// What to do about a run's findings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {

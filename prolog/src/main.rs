@@ -6,7 +6,7 @@
 //! Everything else lives in gpu_health_core::gate and ::ops.
 
 use gpu_health_core::finding::Action;
-use gpu_health_core::ops::{dcgm, drain_state, health};
+use gpu_health_core::ops::{dcgm, health};
 use gpu_health_core::{config, gate, logging, probe, state, verdict};
 
 fn main() {
@@ -79,13 +79,7 @@ fn run() -> i32 {
         topology: true,
         accounting_processes: false,
     };
-    let mut check = gate::check_node(cfg, opts, now_ms);
-    drain_state::merge_held_back(
-        &cfg.state_dir,
-        &mut check.findings,
-        cfg.recovery.quiet_ms(),
-        now_ms,
-    );
+    let mut check = gate::check_node_for_drain(cfg, opts, now_ms);
     if ctx.mode == verdict::Mode::Strict && cfg.dcgm.strict_jobs {
         let outcome = dcgm::run_diag(&cfg.dcgm, &ctx.job_gpus);
         log::info!("strict job: {}", outcome.describe());

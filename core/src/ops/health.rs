@@ -55,13 +55,7 @@ pub fn run(cfg: &Config, config_ok: bool, node: &str, now_ms: u64) -> HealthRepo
         topology: true,
         accounting_processes: false,
     };
-    let mut check = gate::check_node(cfg, opts, now_ms);
-    drain_state::merge_held_back(
-        &cfg.state_dir,
-        &mut check.findings,
-        cfg.recovery.quiet_ms(),
-        now_ms,
-    );
+    let mut check = gate::check_node_for_drain(cfg, opts, now_ms);
     for f in &check.findings {
         log::warn!("{}: {}", f.check, f.message);
     }

@@ -137,16 +137,7 @@ fn local_to_unix(y: i32, month: u8, day: u8, hour: u8, min: u8, sec: u8) -> Opti
 
 /// The (UTC) year of a Unix ms time.
 fn year_of(unix_ms: i64) -> Option<i32> {
-    let days = unix_ms.div_euclid(86_400_000);
-    // Inverse of days_from_civil, years only.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, _, _) = crate::logging::civil_from_days(unix_ms.div_euclid(86_400_000));
     i32::try_from(year).ok()
 }
 

@@ -1,46 +1,18 @@
 //! `gpu-health check` against shipped scenarios: exit codes and JSON.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn sim_library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [
-        deps.parent().unwrap().join("libnvml_sim.so"),
-        deps.join("libnvml_sim.so"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-    .expect("libnvml_sim.so not built: run `cargo build -p nvml-sim` first")
-}
+use gpu_health_testkit::SimNode;
 
-fn scenario(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../nvml-sim/scenarios")
-        .join(format!("{name}.json"))
-}
-
+/// Run `gpu-health check ARGS` on a simulated node.
 fn check(scenario_name: &str, config_extra: &str, args: &[&str]) -> (i32, String, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("gpu-health.toml");
-    std::fs::write(dir.path().join("kernel.log"), "").unwrap();
-    std::fs::write(
-        &cfg,
-        format!(
-            "nvml_library = {:?}\nkernel_log = {:?}\nstate_dir = {:?}\nnvml_deadline_ms = 2000\n{config_extra}",
-            sim_library(),
-            dir.path().join("kernel.log"),
-            dir.path().join("state"),
-        ),
-    )
-    .unwrap();
+    let node = SimNode::new(scenario_name);
+    let cfg = node.write_config(config_extra);
     let out = Command::new(env!("CARGO_BIN_EXE_gpu-health"))
         .arg("check")
         .args(args)
         .env_clear()
         .env("GPU_HEALTH_CONFIG", &cfg)
-        .env("NVML_SIM_SCENARIO", scenario(scenario_name))
         .output()
         .unwrap();
     (

@@ -2,48 +2,19 @@
 //! argument handling and the refusals that must come before any Slurm
 //! call. Resuming against a live Slurm is covered by ci/e2e/40-operations.sh.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn sim_library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [
-        deps.parent().unwrap().join("libnvml_sim.so"),
-        deps.join("libnvml_sim.so"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-    .expect("libnvml_sim.so not built: run `cargo build -p nvml-sim` first")
-}
+use gpu_health_testkit::SimNode;
 
-fn scenario(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../nvml-sim/scenarios")
-        .join(format!("{name}.json"))
-}
-
+/// Run `gpu-health ARGS` on a simulated node n1.
 fn run(scenario_name: &str, extra: &str, args: &[&str]) -> (i32, String, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("gpu-health.toml");
-    std::fs::write(dir.path().join("kernel.log"), "").unwrap();
-    std::fs::write(
-        &cfg,
-        format!(
-            "nvml_library = {:?}\nkernel_log = {:?}\nstate_dir = {:?}\nnvml_deadline_ms = 2000\n\
-             scontrol = \"/nonexistent/scontrol\"\n{extra}",
-            sim_library(),
-            dir.path().join("kernel.log"),
-            dir.path().join("state"),
-        ),
-    )
-    .unwrap();
+    let node = SimNode::new(scenario_name);
+    let cfg = node.write_config(extra);
     let out = Command::new(env!("CARGO_BIN_EXE_gpu-health"))
         .args(args)
         .env_clear()
         .env("GPU_HEALTH_CONFIG", &cfg)
         .env("SLURMD_NODENAME", "n1")
-        .env("NVML_SIM_SCENARIO", scenario(scenario_name))
         .output()
         .unwrap();
     (

@@ -4,30 +4,13 @@
 //! Draining against a live Slurm, the automatic return and the brake's
 //! arithmetic across nodes are covered by ci/e2e/40-operations.sh.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn sim_library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [
-        deps.parent().unwrap().join("libnvml_sim.so"),
-        deps.join("libnvml_sim.so"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-    .expect("libnvml_sim.so not built: run `cargo build -p nvml-sim` first")
-}
+use gpu_health_testkit::{workspace, SimNode};
 
 struct Node {
-    dir: tempfile::TempDir,
+    sim: SimNode,
 }
 
 struct Run {
@@ -37,43 +20,25 @@ struct Run {
 
 impl Node {
     fn new(scenario: &str, extra: &str) -> Node {
-        let dir = tempfile::tempdir().unwrap();
-        let lib = dir.path().join("lib");
-        std::fs::create_dir(&lib).unwrap();
-        std::fs::copy(sim_library(), lib.join("libnvidia-ml.so.1")).unwrap();
-        let dcgm = dir.path().join("dcgmi");
+        let node = Node {
+            sim: SimNode::new(scenario),
+        };
+        let dcgm = node.path("dcgmi");
         std::fs::create_dir(&dcgm).unwrap();
         for e in std::fs::read_dir(workspace().join("ci/fixtures/dcgmi")).unwrap() {
             let e = e.unwrap();
             std::fs::copy(e.path(), dcgm.join(e.file_name())).unwrap();
         }
-        let node = Node { dir };
-        node.set_scenario(scenario);
         node.set_dcgm_mode("pass");
-        std::fs::write(node.path("kernel.log"), "").unwrap();
-        let text = format!(
-            "nvml_library = {:?}\nkernel_log = {:?}\nstate_dir = {:?}\nlog_file = {:?}\n\
-             scontrol = \"/nonexistent/scontrol\"\nnvml_deadline_ms = 1500\n\
-             [dcgm]\ndcgmi = {:?}\ntimeout_ms = 2000\n{extra}",
-            node.path("lib/libnvidia-ml.so.1"),
-            node.path("kernel.log"),
-            node.path("state"),
-            node.path("gpu-health.log"),
-            node.path("dcgmi/dcgmi"),
-        );
-        std::fs::write(node.path("gpu-health.toml"), text).unwrap();
+        node.sim.write_config(&format!(
+            "[dcgm]\ndcgmi = {:?}\ntimeout_ms = 2000\n{extra}",
+            node.path("dcgmi/dcgmi")
+        ));
         node
     }
 
     fn path(&self, p: &str) -> PathBuf {
-        self.dir.path().join(p)
-    }
-
-    fn set_scenario(&self, name: &str) {
-        let src = workspace()
-            .join("nvml-sim/scenarios")
-            .join(format!("{name}.json"));
-        std::fs::copy(src, self.path("lib/scenario.json")).unwrap();
+        self.sim.path(p)
     }
 
     fn set_dcgm_mode(&self, mode: &str) {
@@ -175,7 +140,7 @@ fn brake_fails_safe_without_slurm_and_the_job_is_warned() {
 
     // The GPU "recovers" in NVML, but the held-back finding stays until
     // the node is drained or an admin clears it.
-    n.set_scenario("h100x8-healthy");
+    n.sim.set_scenario("h100x8-healthy");
     let r = n.job("202", "0-7", "warn");
     assert_eq!(r.code, 0, "{}", r.log);
     let c = n.checks("202");

@@ -4,32 +4,23 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::ops::Deref;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+use gpu_health_testkit::SimNode;
 
-/// The stand-in libnvidia-ml (ci/test builds the workspace before testing).
-pub fn sim_library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [
-        deps.parent().unwrap().join("libnvml_sim.so"),
-        deps.join("libnvml_sim.so"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-    .expect("libnvml_sim.so not built: run `cargo build -p nvml-sim` first")
-}
-
+/// A simulated node with the prolog's configuration (brake off: there is
+/// no slurmctld to count drained nodes).
 pub struct Node {
-    pub dir: tempfile::TempDir,
+    pub sim: SimNode,
+}
+
+impl Deref for Node {
+    type Target = SimNode;
+    fn deref(&self) -> &SimNode {
+        &self.sim
+    }
 }
 
 pub struct Run {
@@ -40,38 +31,15 @@ pub struct Run {
 
 impl Node {
     pub fn new(scenario: &str) -> Node {
-        let dir = tempfile::tempdir().unwrap();
-        let lib = dir.path().join("lib");
-        std::fs::create_dir(&lib).unwrap();
-        std::fs::copy(sim_library(), lib.join("libnvidia-ml.so.1")).unwrap();
-        let node = Node { dir };
-        node.set_scenario(scenario);
-        std::fs::write(node.path("kernel.log"), "").unwrap();
+        let node = Node {
+            sim: SimNode::new(scenario),
+        };
         node.write_config("");
         node
     }
 
-    pub fn path(&self, p: &str) -> PathBuf {
-        self.dir.path().join(p)
-    }
-
-    pub fn set_scenario(&self, name: &str) {
-        let src = workspace()
-            .join("nvml-sim/scenarios")
-            .join(format!("{name}.json"));
-        std::fs::copy(src, self.path("lib/scenario.json")).unwrap();
-    }
-
     pub fn write_config(&self, extra: &str) {
-        let text = format!(
-            "nvml_library = {:?}\nkernel_log = {:?}\nstate_dir = {:?}\nlog_file = {:?}\n\
-             scontrol = \"/nonexistent/scontrol\"\nnvml_deadline_ms = 1500\n{extra}",
-            self.path("lib/libnvidia-ml.so.1"),
-            self.path("kernel.log"),
-            self.path("state"),
-            self.path("gpu-health.log"),
-        );
-        std::fs::write(self.path("gpu-health.toml"), text).unwrap();
+        self.sim.write_config(extra);
         // No slurmctld here: without the drain brake (which fails safe and
         // keeps the node in service) the drain is attempted and its
         // failure logged with the reason. A drop-in keeps the main file's

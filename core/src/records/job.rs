@@ -209,10 +209,11 @@ fn act_on_faults(cfg: &Config, config_ok: bool, node: &str, record: &mut JobReco
         record.drain_failed = Some(held);
     }
     if let Some(reason) = decision.drain_reason {
-        if gate::drain(cfg, node, &reason) {
-            record.drained = Some(reason);
-        } else {
-            record.drain_failed = Some(format!("scontrol failed: {reason}"));
+        match gate::drain_findings(cfg, node, &findings, &reason, now_ms) {
+            gate::DrainOutcome::Drained => record.drained = Some(reason),
+            gate::DrainOutcome::HeldBack(why)
+            | gate::DrainOutcome::Foreign(why)
+            | gate::DrainOutcome::Failed(why) => record.drain_failed = Some(why),
         }
     }
 }

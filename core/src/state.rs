@@ -75,17 +75,38 @@ pub fn ensure_private_dir(dir: &Path) -> Result<(), StateError> {
 /// same directory (O_EXCL|O_NOFOLLOW, 0600), optionally fsynced, renamed
 /// over the target (rename replaces a symlink, never follows it).
 pub fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> Result<(), StateError> {
+    write_atomic_mode(path, bytes, durable, 0o600)
+}
+
+/// [`write_atomic`] with another file mode (e.g. 0644 for a file that an
+/// unprivileged reader such as node_exporter must see). The temporary name
+/// starts with a dot and ends in `.tmp`, so globs like `*.prom` skip it.
+pub fn write_atomic_mode(
+    path: &Path,
+    bytes: &[u8],
+    durable: bool,
+    mode: u32,
+) -> Result<(), StateError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("state");
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)
-        .map_err(io(&tmp))?;
+    let open = || {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+    };
+    let mut f = match open() {
+        Ok(f) => f,
+        // Left behind by a run of ours that died with the same pid.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(&tmp).map_err(io(&tmp))?;
+            open().map_err(io(&tmp))?
+        }
+        Err(e) => return Err(io(&tmp)(e)),
+    };
     let written = f
         .write_all(bytes)
         .and_then(|_| if durable { f.sync_all() } else { Ok(()) });
@@ -206,6 +227,26 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 1, "no temporary files left: {names:?}");
+    }
+
+    #[test]
+    fn stale_temporary_file_and_modes() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("a.prom");
+        let stale = d.path().join(format!(".a.prom.{}.tmp", std::process::id()));
+        std::fs::write(&stale, "left by a dead run").unwrap();
+        write_atomic_mode(&p, b"x 1\n", false, 0o644).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "x 1\n");
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o644
+        );
+        assert!(!stale.exists());
+        write_atomic(&p, b"y", false).unwrap();
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
     }
 
     #[test]

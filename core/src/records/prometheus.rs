@@ -4,7 +4,6 @@
 
 use std::fmt::Write as _;
 use std::fs::OpenOptions;
-use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -56,33 +55,12 @@ pub fn update(state_dir: &Path, textfile: &Path, record: &JobRecord) -> Result<(
 
 /// Readable by node_exporter (which does not run as root): mode 0644.
 fn write_textfile(path: &Path, text: &str) -> Result<(), StoreError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("gpu-health.prom");
-    // node_exporter reads only *.prom: the temporary name must not match.
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let err = |source| StoreError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)
-        .map_err(err)?;
-    let r = f
-        .write_all(text.as_bytes())
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if let Err(e) = r {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(err(e));
-    }
-    Ok(())
+    Ok(state::write_atomic_mode(
+        path,
+        text.as_bytes(),
+        false,
+        0o644,
+    )?)
 }
 
 /// Label values: backslash, quote and newline escaped.

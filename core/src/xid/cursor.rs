@@ -1,9 +1,6 @@
 //! Where a reader stopped ([`Cursor`]) and the node's saved Xid state
 //! (cursor plus repeat history), written atomically.
 
-use std::fs::OpenOptions;
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -63,14 +60,11 @@ pub fn load_state(path: &Path) -> (XidState, Option<String>) {
         version: STATE_VERSION,
         ..XidState::default()
     };
-    let text = match read_nofollow(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (fresh, None),
+    let text = match crate::state::read_nofollow(path, MAX_STATE_BYTES) {
+        Ok(Some(t)) => t,
+        Ok(None) => return (fresh, None),
         Err(e) => {
-            let note = format!(
-                "Xid cursor {} unreadable ({e}); starting over with the look-back",
-                path.display()
-            );
+            let note = format!("Xid cursor unreadable ({e}); starting over with the look-back");
             log::warn!("{note}");
             return (fresh, Some(note));
         }
@@ -95,16 +89,6 @@ pub fn load_state(path: &Path) -> (XidState, Option<String>) {
             (fresh, Some(note))
         }
     }
-}
-
-fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?;
-    let mut buf = Vec::new();
-    file.take(MAX_STATE_BYTES).read_to_end(&mut buf)?;
-    Ok(buf)
 }
 
 /// Write the state file atomically (see [`crate::state::write_atomic`]).

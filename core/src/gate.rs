@@ -90,7 +90,9 @@ pub struct NodeCheck {
     pub snapshot: NodeSnapshot,
     pub findings: Vec<Finding>,
     pub history: EccHistory,
-    pub xid: Option<crate::xid::ScanOutcome>,
+    /// The saved ECC history was missing or unusable: rewrite it.
+    pub history_stale: bool,
+    pub xid: crate::xid::ScanOutcome,
 }
 
 /// Probe the node and run every check. Never fails: problems become
@@ -100,11 +102,12 @@ pub fn check_node(config: &Config, opts: ProbeOptions, now_ms: u64) -> NodeCheck
     let mut snapshot = probe::probe_with_deadline(config.nvml_library.as_deref(), opts, deadline);
     snapshot.pci_gpus = probe::sysfs::nvidia_gpus_on_pci(&config.sysfs_root);
     let paths = StatePaths::new(&config.state_dir);
-    let history = match state::load_json::<EccHistory>(&paths.ecc_history()) {
-        Ok(h) => h.unwrap_or_default(),
+    let (history, history_stale) = match state::load_json::<EccHistory>(&paths.ecc_history()) {
+        Ok(Some(h)) => (h, false),
+        Ok(None) => (EccHistory::default(), true),
         Err(e) => {
             log::warn!("ECC history unusable, starting a new one: {e}");
-            EccHistory::default()
+            (EccHistory::default(), true)
         }
     };
     let mut findings = checks::evaluate(&CheckInput {
@@ -132,7 +135,8 @@ pub fn check_node(config: &Config, opts: ProbeOptions, now_ms: u64) -> NodeCheck
         snapshot,
         findings,
         history,
-        xid: Some(xid),
+        history_stale,
+        xid,
     }
 }
 
@@ -188,20 +192,18 @@ pub fn persist(config: &Config, check: &mut NodeCheck, now_ms: u64) {
         .iter()
         .filter_map(|g| Some((g.uuid.clone()?, g.ecc?.aggregate_corrected)))
         .collect::<Vec<_>>();
-    check.history.record(samples, now_ms);
-    let saves = [
-        state::save_json(&paths.ecc_history(), &check.history, false),
-        state::save_json(&paths.node_snapshot(), &check.snapshot, false),
-    ];
-    for r in saves {
-        if let Err(e) = r {
-            log::error!("cannot save state: {e}");
+    // The history takes at most one sample a minute: most runs leave it
+    // as it is, and then it is not rewritten.
+    if check.history.record(samples, now_ms) || check.history_stale {
+        if let Err(e) = state::save_json(&paths.ecc_history(), &check.history, false) {
+            log::error!("cannot save the ECC history: {e}");
         }
     }
-    if let Some(x) = &check.xid {
-        if let Err(e) = crate::xid::commit(&paths.kernel_log_cursor(), &x.state) {
-            log::error!("cannot save kernel-log cursor: {e}");
-        }
+    if let Err(e) = state::save_json(&paths.node_snapshot(), &check.snapshot, false) {
+        log::error!("cannot save the node snapshot: {e}");
+    }
+    if let Err(e) = crate::xid::commit(&paths.kernel_log_cursor(), &check.xid.state) {
+        log::error!("cannot save kernel-log cursor: {e}");
     }
 }
 

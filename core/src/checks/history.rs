@@ -33,25 +33,35 @@ impl EccHistory {
     }
 
     /// Add this run's samples; forget old ones and counters that went back
-    /// (board swapped or counters cleared).
-    pub fn record(&mut self, samples: impl IntoIterator<Item = (String, u64)>, now_ms: u64) {
+    /// (board swapped or counters cleared). Returns whether anything
+    /// changed (the caller saves the history only then).
+    pub fn record(
+        &mut self,
+        samples: impl IntoIterator<Item = (String, u64)>,
+        now_ms: u64,
+    ) -> bool {
+        let mut changed = false;
         for (uuid, count) in samples {
             let v = self.gpus.entry(uuid).or_default();
+            let before = v.len();
             if v.last().is_some_and(|&(_, c)| count < c) {
                 v.clear();
             }
             v.retain(|(t, _)| now_ms.saturating_sub(*t) <= WINDOW_MS && *t <= now_ms);
+            changed |= v.len() != before;
             // Keep at most one sample per minute so frequent jobs don't
             // push the useful old samples out.
             if v.last()
                 .is_none_or(|&(t, _)| now_ms.saturating_sub(t) >= MIN_SPAN_MS)
             {
                 v.push((now_ms, count));
+                changed = true;
             }
             if v.len() > MAX_SAMPLES {
                 let extra = v.len() - MAX_SAMPLES;
                 v.drain(..extra);
             }
         }
+        changed
     }
 }

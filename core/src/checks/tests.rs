@@ -279,3 +279,15 @@ fn pcie_only_boards_have_no_nvlink_finding() {
     }
     assert!(run(&s).is_empty());
 }
+
+#[test]
+fn history_reports_whether_it_changed() {
+    let mut h = EccHistory::default();
+    assert!(h.record([("g".to_string(), 5)], NOW - 120_000));
+    // Within a minute of the last sample: nothing to keep.
+    assert!(!h.record([("g".to_string(), 6)], NOW - 100_000));
+    assert!(h.record([("g".to_string(), 7)], NOW));
+    // A counter that went back restarts the series.
+    assert!(h.record([("g".to_string(), 1)], NOW));
+    assert_eq!(h.gpus["g"], vec![(NOW, 1)]);
+}

@@ -20,11 +20,13 @@ pub fn nvidia_gpus_on_pci(sysfs_root: &Path) -> Vec<String> {
         let path = entry.path();
         let read =
             |f: &str| std::fs::read_to_string(path.join(f)).map(|s| s.trim().to_ascii_lowercase());
-        let (Ok(vendor), Ok(class)) = (read("vendor"), read("class")) else {
+        // The class is read only for NVIDIA devices (one read per device).
+        if read("vendor").ok().as_deref() != Some(NVIDIA_VENDOR) {
             continue;
-        };
+        }
+        let Ok(class) = read("class") else { continue };
         // 0x0300xx VGA controller, 0x0302xx 3D controller.
-        if vendor == NVIDIA_VENDOR && (class.starts_with("0x0300") || class.starts_with("0x0302")) {
+        if class.starts_with("0x0300") || class.starts_with("0x0302") {
             if let Some(bdf) = entry.file_name().to_str().and_then(normalize_pci) {
                 out.push(bdf);
             }

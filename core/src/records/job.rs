@@ -27,7 +27,7 @@ pub fn save_job_start(cfg: &Config, ctx: &JobContext, check: &NodeCheck, now_ms:
     if ctx.job_gpus.is_empty() {
         return;
     }
-    let cursor = check.xid.as_ref().and_then(|x| x.cursor());
+    let cursor = check.xid.cursor();
     let start = JobStart::from_snapshot(
         job_id,
         &ctx.node,

@@ -129,20 +129,20 @@ fn link_matrix(devices: &[Option<Device<'_>>]) -> Vec<Vec<GpuLink>> {
 
 /// Records the outcome of each query: value, or an error note (and the
 /// lost flag when the driver says the GPU is gone).
-struct Reader<'a> {
-    gpu: &'a mut GpuSnapshot,
+#[derive(Default)]
+struct Reader {
+    lost: bool,
+    errors: Vec<String>,
 }
 
-impl Reader<'_> {
+impl Reader {
     fn get<T>(&mut self, what: &str, r: Result<T, NvmlError>) -> Option<T> {
         match r {
             Ok(v) => Some(v),
             Err(NvmlError::NotSupported) => None,
             Err(e) => {
-                if matches!(e, NvmlError::GpuLost) {
-                    self.gpu.lost = true;
-                }
-                self.gpu.query_errors.push(format!("{what}: {e}"));
+                self.lost |= matches!(e, NvmlError::GpuLost);
+                self.errors.push(format!("{what}: {e}"));
                 None
             }
         }
@@ -150,74 +150,69 @@ impl Reader<'_> {
 }
 
 fn probe_device(dev: &mut Device<'_>, index: u32, opts: ProbeOptions) -> GpuSnapshot {
-    let mut gpu = GpuSnapshot {
-        index,
-        ..GpuSnapshot::default()
-    };
-    let mut r = Reader { gpu: &mut gpu };
+    let mut r = Reader::default();
     let uuid = r.get("uuid", dev.uuid());
     let name = r.get("name", dev.name());
-    let pci = r
+    let pci_bus_id = r
         .get("pci", dev.pci_info())
         .and_then(|p| normalize_pci(&p.bus_id));
-    if r.gpu.lost {
+    if r.lost {
         // Every further call would fail (and may block): stop here.
-        r.gpu.uuid = uuid;
-        r.gpu.name = name;
-        r.gpu.pci_bus_id = pci;
-        return gpu;
+        return GpuSnapshot {
+            index,
+            uuid,
+            name,
+            pci_bus_id,
+            lost: true,
+            query_errors: r.errors,
+            ..GpuSnapshot::default()
+        };
     }
     let mem = r.get("memory", dev.memory_info());
-    let temperature = r.get("temperature", dev.temperature(TemperatureSensor::Gpu));
-    let power = r.get("power", dev.power_usage());
-    let limit = r.get("power limit", dev.enforced_power_limit());
-    let default_limit = r.get("default power limit", dev.power_management_limit_default());
-    let energy = r.get("energy", dev.total_energy_consumption());
-    let ecc = read_ecc(&mut r, dev);
-    let remap = read_remapped_rows(&mut r, dev);
-    let pending = r.get("retired pages", dev.are_pages_pending_retired());
-    let pcie = read_pcie(&mut r, dev);
-    let nvlinks = read_nvlinks(dev);
-    let throttle = r
-        .get("clock events", dev.current_throttle_reasons())
-        .map(|t| t.bits());
-    let persistence = r.get("persistence", dev.is_in_persistent_mode());
-    let mut accounting = r.get("accounting mode", dev.is_accounting_enabled());
+    let mut accounting_mode = r.get("accounting mode", dev.is_accounting_enabled());
     if opts.enable_accounting
-        && accounting == Some(false)
+        && accounting_mode == Some(false)
         && r.get("enable accounting", dev.set_accounting(true))
             .is_some()
     {
-        accounting = Some(true);
+        accounting_mode = Some(true);
     }
-    let processes = if opts.accounting_processes && accounting == Some(true) {
+    let accounted_processes = if opts.accounting_processes && accounting_mode == Some(true) {
         read_accounting(&mut r, dev)
     } else {
         Vec::new()
     };
-    gpu.uuid = uuid;
-    gpu.name = name;
-    gpu.pci_bus_id = pci;
-    gpu.memory_total_bytes = mem.as_ref().map(|m| m.total);
-    gpu.memory_used_bytes = mem.as_ref().map(|m| m.used);
-    gpu.temperature_c = temperature;
-    gpu.power_usage_mw = power;
-    gpu.power_limit_mw = limit;
-    gpu.default_power_limit_mw = default_limit;
-    gpu.energy_mj = energy;
-    gpu.ecc = ecc;
-    gpu.remapped_rows = remap;
-    gpu.retired_pages_pending = pending;
-    gpu.pcie = pcie;
-    gpu.nvlinks = nvlinks;
-    gpu.throttle_reasons = throttle;
-    gpu.persistence_mode = persistence;
-    gpu.accounting_mode = accounting;
-    gpu.accounted_processes = processes;
+    let mut gpu = GpuSnapshot {
+        index,
+        uuid,
+        name,
+        pci_bus_id,
+        memory_total_bytes: mem.as_ref().map(|m| m.total),
+        memory_used_bytes: mem.as_ref().map(|m| m.used),
+        temperature_c: r.get("temperature", dev.temperature(TemperatureSensor::Gpu)),
+        power_usage_mw: r.get("power", dev.power_usage()),
+        power_limit_mw: r.get("power limit", dev.enforced_power_limit()),
+        default_power_limit_mw: r.get("default power limit", dev.power_management_limit_default()),
+        energy_mj: r.get("energy", dev.total_energy_consumption()),
+        ecc: read_ecc(&mut r, dev),
+        remapped_rows: read_remapped_rows(&mut r, dev),
+        retired_pages_pending: r.get("retired pages", dev.are_pages_pending_retired()),
+        pcie: read_pcie(&mut r, dev),
+        nvlinks: read_nvlinks(dev),
+        throttle_reasons: r
+            .get("clock events", dev.current_throttle_reasons())
+            .map(|t| t.bits()),
+        persistence_mode: r.get("persistence", dev.is_in_persistent_mode()),
+        accounting_mode,
+        accounted_processes,
+        ..GpuSnapshot::default()
+    };
+    gpu.lost = r.lost;
+    gpu.query_errors = r.errors;
     gpu
 }
 
-fn read_ecc(r: &mut Reader<'_>, dev: &Device<'_>) -> Option<EccCounts> {
+fn read_ecc(r: &mut Reader, dev: &Device<'_>) -> Option<EccCounts> {
     let enabled = r.get("ecc mode", dev.is_ecc_enabled())?;
     if !enabled.currently_enabled {
         return None;
@@ -251,7 +246,7 @@ fn field_u64(sample: &Result<FieldValueSample, NvmlError>) -> Option<u64> {
     }
 }
 
-fn read_remapped_rows(r: &mut Reader<'_>, dev: &Device<'_>) -> Option<RemappedRows> {
+fn read_remapped_rows(r: &mut Reader, dev: &Device<'_>) -> Option<RemappedRows> {
     let ids = [
         FI_REMAPPED_COR,
         FI_REMAPPED_UNC,
@@ -269,7 +264,7 @@ fn read_remapped_rows(r: &mut Reader<'_>, dev: &Device<'_>) -> Option<RemappedRo
     })
 }
 
-fn read_pcie(r: &mut Reader<'_>, dev: &Device<'_>) -> Option<PcieLink> {
+fn read_pcie(r: &mut Reader, dev: &Device<'_>) -> Option<PcieLink> {
     Some(PcieLink {
         current_gen: r.get("pcie gen", dev.current_pcie_link_gen())?,
         max_gen: r.get("pcie max gen", dev.max_pcie_link_gen())?,
@@ -309,7 +304,7 @@ fn read_nvlinks(dev: &Device<'_>) -> Vec<NvLinkState> {
     links
 }
 
-fn read_accounting(r: &mut Reader<'_>, dev: &Device<'_>) -> Vec<AccountedProcess> {
+fn read_accounting(r: &mut Reader, dev: &Device<'_>) -> Vec<AccountedProcess> {
     let Some(pids) = r.get("accounting pids", dev.accounting_pids()) else {
         return Vec::new();
     };

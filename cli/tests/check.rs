@@ -2,23 +2,18 @@
 
 use std::process::Command;
 
-use gpu_health_testkit::SimNode;
+use gpu_health_testkit::{output, SimNode};
 
 /// Run `gpu-health check ARGS` on a simulated node.
 fn check(scenario_name: &str, config_extra: &str, args: &[&str]) -> (i32, String, String) {
     let node = SimNode::new(scenario_name);
     let cfg = node.write_config(config_extra);
-    let out = Command::new(env!("CARGO_BIN_EXE_gpu-health"))
-        .arg("check")
-        .args(args)
-        .env_clear()
-        .env("GPU_HEALTH_CONFIG", &cfg)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    output(
+        Command::new(env!("CARGO_BIN_EXE_gpu-health"))
+            .arg("check")
+            .args(args)
+            .env_clear()
+            .env("GPU_HEALTH_CONFIG", &cfg),
     )
 }
 

@@ -4,23 +4,18 @@
 
 use std::process::Command;
 
-use gpu_health_testkit::SimNode;
+use gpu_health_testkit::{output, SimNode};
 
 /// Run `gpu-health ARGS` on a simulated node n1.
 fn run(scenario_name: &str, extra: &str, args: &[&str]) -> (i32, String, String) {
     let node = SimNode::new(scenario_name);
     let cfg = node.write_config(extra);
-    let out = Command::new(env!("CARGO_BIN_EXE_gpu-health"))
-        .args(args)
-        .env_clear()
-        .env("GPU_HEALTH_CONFIG", &cfg)
-        .env("SLURMD_NODENAME", "n1")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    output(
+        Command::new(env!("CARGO_BIN_EXE_gpu-health"))
+            .args(args)
+            .env_clear()
+            .env("GPU_HEALTH_CONFIG", &cfg)
+            .env("SLURMD_NODENAME", "n1"),
     )
 }
 

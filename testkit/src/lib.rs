@@ -4,6 +4,7 @@
 //! `lib/scenario.json` beside it, a kernel-log file, a state directory).
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {
@@ -78,4 +79,14 @@ impl SimNode {
         std::fs::write(&p, format!("{}{extra}", self.base_config())).expect("write config");
         p
     }
+}
+
+/// Run a command to its end: exit code (-1 when killed), stdout, stderr.
+pub fn output(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd.output().expect("run the command");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

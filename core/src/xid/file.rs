@@ -38,50 +38,11 @@ pub(crate) fn read_file(
     let mut asm = Assembler::new(FALLEN_OFF_WINDOW_BYTES, ctx);
     let start = match since {
         None => 0,
-        Some(Cursor::File {
-            dev: d,
-            ino: i,
-            offset,
-            tail_len,
-            tail_hash,
-        }) if *d == dev && *i == ino => {
-            if *offset > len {
-                out.restart(format!(
-                    "{} was truncated (cursor at byte {offset}, file has {len}); reading it from the start",
-                    path.display()
-                ));
-                0
-            } else if tail_matches(&file, *offset, *tail_len, *tail_hash)? {
-                *offset
-            } else {
-                out.restart(format!(
-                    "{} was rewritten before byte {offset}; reading it from the start",
-                    path.display()
-                ));
-                0
-            }
+        Some(c @ Cursor::File { dev: d, ino: i, .. }) if (*d, *i) == (dev, ino) => {
+            resume_offset(&file, path, len, c, &mut out)?
         }
-        Some(Cursor::File {
-            dev: d,
-            ino: i,
-            offset,
-            tail_len,
-            tail_hash,
-        }) => {
-            // Rotated: finish the old file first when it sits at `<path>.1`.
-            let rotated = path.with_file_name(format!(
-                "{}.1",
-                path.file_name().unwrap_or_default().to_string_lossy()
-            ));
-            if let Ok(old) = open(&rotated) {
-                let m = old.metadata()?;
-                if m.dev() == *d
-                    && m.ino() == *i
-                    && tail_matches(&old, *offset, *tail_len, *tail_hash)?
-                {
-                    read_range(&old, *offset, m.len(), &mut asm, &mut out)?;
-                }
-            }
+        Some(c @ Cursor::File { .. }) => {
+            finish_rotated(path, c, &mut asm, &mut out)?;
             out.restart(format!(
                 "{} was replaced (rotated) since the last scan; reading the new file from the start",
                 path.display()
@@ -108,6 +69,72 @@ pub(crate) fn read_file(
         tail_hash: fnv1a(&tail),
     });
     Ok(out)
+}
+
+/// Where to go on in the same file: the saved offset, unless the file
+/// was truncated or rewritten before it (then from the start).
+fn resume_offset(
+    file: &File,
+    path: &Path,
+    len: u64,
+    cursor: &Cursor,
+    out: &mut ReadOutcome,
+) -> std::io::Result<u64> {
+    let Cursor::File {
+        offset,
+        tail_len,
+        tail_hash,
+        ..
+    } = *cursor
+    else {
+        return Ok(0);
+    };
+    if offset > len {
+        out.restart(format!(
+            "{} was truncated (cursor at byte {offset}, file has {len}); reading it from the start",
+            path.display()
+        ));
+        Ok(0)
+    } else if tail_matches(file, offset, tail_len, tail_hash)? {
+        Ok(offset)
+    } else {
+        out.restart(format!(
+            "{} was rewritten before byte {offset}; reading it from the start",
+            path.display()
+        ));
+        Ok(0)
+    }
+}
+
+/// The file was replaced: finish the old one first when it sits at
+/// `<path>.1` (logrotate's usual name) and still is the cursor's file.
+fn finish_rotated(
+    path: &Path,
+    cursor: &Cursor,
+    asm: &mut Assembler,
+    out: &mut ReadOutcome,
+) -> std::io::Result<()> {
+    let Cursor::File {
+        dev,
+        ino,
+        offset,
+        tail_len,
+        tail_hash,
+    } = *cursor
+    else {
+        return Ok(());
+    };
+    let rotated = path.with_file_name(format!(
+        "{}.1",
+        path.file_name().unwrap_or_default().to_string_lossy()
+    ));
+    if let Ok(old) = open(&rotated) {
+        let m = old.metadata()?;
+        if m.dev() == dev && m.ino() == ino && tail_matches(&old, offset, tail_len, tail_hash)? {
+            read_range(&old, offset, m.len(), asm, out)?;
+        }
+    }
+    Ok(())
 }
 
 fn open(path: &Path) -> std::io::Result<File> {

@@ -75,8 +75,9 @@ impl JobContext {
 /// The host name, for runs outside Slurm.
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];
-    // SAFETY: buf is writable for its length.
-    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    // SAFETY: buf is writable for its length; the last byte stays 0, so
+    // the name is NUL-terminated even when it was cut.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
     if r != 0 {
         return "localhost".into();
     }
@@ -205,13 +206,6 @@ pub fn persist(config: &Config, check: &mut NodeCheck, now_ms: u64) {
     if let Err(e) = crate::xid::commit(&paths.kernel_log_cursor(), &check.xid.state) {
         log::error!("cannot save kernel-log cursor: {e}");
     }
-}
-
-/// Drain the node (the failing path only), through the drain brake; true
-/// when the node is now drained by gpu-health. See [`drain_findings`]
-/// for the full outcome.
-pub fn drain(config: &Config, node: &str, reason: &str) -> bool {
-    drain_findings(config, node, &[], reason, crate::probe::unix_ms()).drained()
 }
 
 /// Drain for `findings` with `reason`, through the brake. Draining

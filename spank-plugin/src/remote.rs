@@ -74,20 +74,7 @@ fn node_name(spank: &Spank) -> String {
         .filter(|n| !n.is_empty())
         .or_else(|| spank.getenv("SLURMD_NODENAME"))
         .filter(|n| !n.is_empty())
-        .unwrap_or_else(short_hostname)
-}
-
-fn short_hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is writable for its length; gethostname NUL-terminates
-    // when the name fits, and the last byte stays 0 otherwise.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
-    if rc != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    let full = String::from_utf8_lossy(&buf[..end]).into_owned();
-    full.split('.').next().unwrap_or_default().to_string()
+        .unwrap_or_else(gpu_health_core::gate::hostname)
 }
 
 fn load_config(args: &PluginArgs, node: &str) -> Config {

@@ -24,12 +24,6 @@ pub enum DrainOutcome {
     Failed(String),
 }
 
-impl DrainOutcome {
-    pub fn drained(&self) -> bool {
-        matches!(self, DrainOutcome::Drained)
-    }
-}
-
 pub fn scontrol(cfg: &Config) -> Scontrol<'_> {
     Scontrol {
         program: Path::new(&cfg.scontrol),

@@ -41,7 +41,7 @@ pub fn run(args: &[String], cfg: &Config, config_error: Option<&ConfigError>) ->
     if let Some(e) = config_error {
         eprintln!("gpu-health: configuration error: {e}");
     }
-    let now = probe::unix_ms();
+    let now = gpu_health_core::time::unix_ms();
     let opts = probe::ProbeOptions {
         topology: true,
         ..Default::default()

@@ -3,7 +3,6 @@
 use gpu_health_core::config::{Config, ConfigError};
 use gpu_health_core::finding::Action;
 use gpu_health_core::ops::health::{self, HealthAction};
-use gpu_health_core::probe;
 
 pub fn run(args: &[String], cfg: &Config, config_error: Option<&ConfigError>) -> i32 {
     if let Some(a) = args.first() {
@@ -15,7 +14,7 @@ pub fn run(args: &[String], cfg: &Config, config_error: Option<&ConfigError>) ->
     }
     let node = crate::resume::this_node();
     gpu_health_core::logging::set_target(&node, cfg.log_file.as_deref());
-    let report = health::run(cfg, config_error.is_none(), &node, probe::unix_ms());
+    let report = health::run(cfg, config_error.is_none(), &node, gpu_health_core::time::unix_ms());
     for f in report.findings.iter().filter(|f| f.action > Action::Info) {
         println!("{:<6} {:<18} {}", f.action.severity(), f.check, f.message);
     }

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use gpu_health_core::config::Config;
-use gpu_health_core::logging::format_utc_ms;
+use gpu_health_core::time::format_utc_ms;
 use gpu_health_core::records::{self, JobSummary};
 
 const USAGE: &str = "\
@@ -50,7 +50,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         match a.as_str() {
             "--job" => out.job = Some(value("--job")?),
             "--user" => out.user = Some(value("--user")?),
-            "--since" => out.since_ms = Some(records::parse_since(&value("--since")?)?),
+            "--since" => out.since_ms = Some(gpu_health_core::time::parse_since(&value("--since")?)?),
             "--dir" => out.dir = Some(PathBuf::from(value("--dir")?)),
             "--json" | "--csv" if out.format != Format::Table => {
                 return Err("--json and --csv exclude each other".into())

@@ -4,7 +4,7 @@
 use gpu_health_core::config::{Config, ConfigError};
 use gpu_health_core::finding::is_own_reason;
 use gpu_health_core::ops::{dcgm, drain, drain_state, recovery};
-use gpu_health_core::probe::{self, ProbeOptions};
+use gpu_health_core::probe::ProbeOptions;
 use gpu_health_core::{gate, logging, slurm};
 
 const USAGE: &str = "usage: gpu-health resume NODE [--force]";
@@ -112,7 +112,7 @@ pub fn run(args: &[String], cfg: &Config, config_error: Option<&ConfigError>) ->
 /// (read-only: the kernel-log cursor is not moved) and, when installed,
 /// DCGM's diagnostic.
 fn checks_now(cfg: &Config) -> Vec<String> {
-    let now = probe::unix_ms();
+    let now = gpu_health_core::time::unix_ms();
     let opts = ProbeOptions {
         topology: true,
         ..Default::default()

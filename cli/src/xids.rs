@@ -1,7 +1,7 @@
 //! `gpu-health xids [--json] [--no-probe] [FILE]`: the NVIDIA Xid and SXid
 //! events of a kernel log, with the action the policy gives each.
 
-use gpu_health_core::logging::format_utc_ms as format_utc;
+use gpu_health_core::time::format_utc_ms as format_utc;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -61,7 +61,7 @@ fn parse_args(args: &[String]) -> Option<Options> {
 
 fn run_with_snapshot(opts: &Options, config: &Config, snapshot: &NodeSnapshot) -> i32 {
     let path: &Path = opts.file.as_deref().unwrap_or(&config.kernel_log);
-    let now = probe::unix_ms();
+    let now = gpu_health_core::time::unix_ms();
     let read = match xid::read_since(path, None, &config.xid, snapshot, now) {
         Ok(r) => r,
         Err(e) => {

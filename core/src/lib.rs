@@ -16,6 +16,7 @@ pub mod records;
 pub mod slurm;
 pub mod snapshot;
 pub mod state;
+pub mod time;
 pub mod topology;
 pub mod verdict;
 pub mod xid;

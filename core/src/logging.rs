@@ -77,7 +77,7 @@ impl Log for Logger {
         let node = self.node.lock().map(|n| n.clone()).unwrap_or_default();
         let line = format!(
             "{} {} {}[{}]: {}: {}\n",
-            utc_now(),
+            crate::time::utc_now(),
             if node.is_empty() { "-" } else { &node },
             self.program,
             std::process::id(),
@@ -97,49 +97,9 @@ impl Log for Logger {
     fn flush(&self) {}
 }
 
-/// `YYYY-MM-DDTHH:MM:SS.mmmZ` without a date crate.
-pub fn utc_now() -> String {
-    let ms = crate::probe::unix_ms();
-    format_utc_ms(ms)
-}
-
-pub fn format_utc_ms(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms % 1000
-    )
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
-pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn formats_utc() {
-        assert_eq!(format_utc_ms(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(format_utc_ms(1_795_962_001_123), "2026-11-29T14:20:01.123Z");
-        assert_eq!(format_utc_ms(951_782_400_000), "2000-02-29T00:00:00.000Z");
-    }
 
     #[test]
     fn expands_node() {

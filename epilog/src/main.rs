@@ -6,7 +6,7 @@
 //! gpu-health drains with its own. Everything lives in
 //! gpu_health_core::records.
 
-use gpu_health_core::{config, gate, logging, probe, records};
+use gpu_health_core::{config, gate, logging, records};
 
 const HELP: &str = "\
 gpu-health-epilog: Slurm Epilog of gpu-health.
@@ -44,7 +44,7 @@ fn main() {
 }
 
 fn run() {
-    let now_ms = probe::unix_ms();
+    let now_ms = gpu_health_core::time::unix_ms();
     let env = |k: &str| std::env::var(k).ok();
     let ctx = gate::JobContext::from_env(env, gate::hostname);
     let meta = records::JobMeta::from_env(env);

@@ -60,7 +60,7 @@ $SLURM_CONF, else /etc/slurm/gpu-health.toml).
 ";
 
 fn run() -> i32 {
-    let now_ms = probe::unix_ms();
+    let now_ms = gpu_health_core::time::unix_ms();
     let ctx = gate::JobContext::from_env(|k| std::env::var(k).ok(), gate::hostname);
     let loaded = config::load_or_default(Some(&ctx.node));
     let cfg = &loaded.config;
@@ -145,7 +145,7 @@ fn run() -> i32 {
 /// HealthCheckProgram: no job, the node's own checks and the automatic
 /// return of drain-until-clean drains.
 fn run_health_check() -> i32 {
-    let now_ms = probe::unix_ms();
+    let now_ms = gpu_health_core::time::unix_ms();
     let node = std::env::var("SLURMD_NODENAME")
         .ok()
         .filter(|n| !n.is_empty())

@@ -125,7 +125,7 @@ fn record_drain(cfg: &Config, node: &str, reason: &str, now_ms: u64) {
 /// `settle_ms`): undo our drain when nodes drained at the same moment came
 /// first.
 fn confirm(cfg: &Config, node: &str) -> Option<String> {
-    std::thread::sleep(settle_wait(crate::probe::unix_ms(), cfg.brake.settle_ms));
+    std::thread::sleep(settle_wait(crate::time::unix_ms(), cfg.brake.settle_ms));
     let nodes = match query_nodes(cfg) {
         Ok(n) => n,
         Err(e) => {

@@ -6,7 +6,7 @@ pub mod sysfs;
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 pub use nvml::{probe_in_process, ProbeOptions};
 
@@ -14,13 +14,6 @@ use crate::snapshot::{NodeSnapshot, NvmlFailure};
 
 /// Largest snapshot we accept from the child (8 GPUs take ~20 KiB).
 const MAX_SNAPSHOT_BYTES: u64 = 16 << 20;
-
-pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 /// Probe NVML in a forked child and give up on it after `deadline`.
 ///
@@ -38,7 +31,7 @@ pub fn probe_with_deadline(
     deadline: Duration,
 ) -> NodeSnapshot {
     let started = Instant::now();
-    let taken_at_ms = unix_ms();
+    let taken_at_ms = crate::time::unix_ms();
     let mut snap = match fork_probe(library, opts, deadline) {
         Ok(s) => s,
         Err(failure) => NodeSnapshot {

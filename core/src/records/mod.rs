@@ -33,7 +33,7 @@ pub use store::{
     append_lines, flush_pending, jobs_file, pending_dir, spool, store_line, StoreError, Stored,
     JOBS_FILE,
 };
-pub use summary::{memory_pct, parse_since, summarize, JobSummary, SummaryGpu};
+pub use summary::{memory_pct, summarize, JobSummary, SummaryGpu};
 
 #[cfg(test)]
 mod tests;

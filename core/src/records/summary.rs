@@ -1,5 +1,4 @@
-//! Per-job figures summed across nodes (`gpu-health report`), and the
-//! report's date filter.
+//! Per-job figures summed across nodes (`gpu-health report`).
 
 use serde::Serialize;
 
@@ -164,60 +163,4 @@ fn add(j: &mut JobSummary, r: &JobRecord) {
         });
     }
     j.energy_kwh = j.energy_j.map(|e| e / 3_600_000.0);
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = i64::from((m + 9) % 12);
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// `YYYY-MM-DD` or `YYYY-MM-DDTHH:MM[:SS]` (UTC, `T` or a space, an
-/// optional trailing `Z`) to Unix milliseconds.
-pub fn parse_since(s: &str) -> Result<u64, String> {
-    let bad = || format!("{s:?} is not YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS] (UTC)");
-    let t = s.trim().trim_end_matches('Z');
-    let (date, time) = match t.split_once(['T', ' ']) {
-        Some((d, t)) => (d, Some(t)),
-        None => (t, None),
-    };
-    let num = |p: &str, lo: u32, hi: u32| -> Result<u32, String> {
-        if p.is_empty() || p.len() > 4 || !p.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(bad());
-        }
-        let v: u32 = p.parse().map_err(|_| bad())?;
-        if (lo..=hi).contains(&v) {
-            Ok(v)
-        } else {
-            Err(bad())
-        }
-    };
-    let dp: Vec<&str> = date.split('-').collect();
-    let [y, m, d] = dp[..] else { return Err(bad()) };
-    if y.len() != 4 {
-        return Err(bad());
-    }
-    let (y, m, d) = (num(y, 1970, 9999)?, num(m, 1, 12)?, num(d, 1, 31)?);
-    let days = days_from_civil(i64::from(y), m, d);
-    if crate::logging::civil_from_days(days) != (i64::from(y), m, d) {
-        return Err(bad()); // 2025-02-30
-    }
-    let mut secs = days * 86_400;
-    if let Some(time) = time {
-        let tp: Vec<&str> = time.split(':').collect();
-        let (h, mi, se) = match tp[..] {
-            [h, mi] => (h, mi, "0"),
-            [h, mi, se] => (h, mi, se),
-            _ => return Err(bad()),
-        };
-        secs += i64::from(num(h, 0, 23)?) * 3600
-            + i64::from(num(mi, 0, 59)?) * 60
-            + i64::from(num(se, 0, 60)?);
-    }
-    u64::try_from(secs * 1000).map_err(|_| bad())
 }

@@ -343,31 +343,6 @@ fn prometheus_text_escapes_and_skips_absent() {
 }
 
 #[test]
-fn since_dates() {
-    assert_eq!(parse_since("1970-01-01"), Ok(0));
-    assert_eq!(parse_since("2000-03-01"), Ok(951_868_800_000));
-    assert_eq!(
-        parse_since("2000-02-29T01:02"),
-        Ok(951_782_400_000 + 3_720_000)
-    );
-    assert_eq!(
-        parse_since("2000-02-29 01:02:03Z"),
-        Ok(951_782_400_000 + 3_723_000)
-    );
-    for bad in [
-        "2025-02-30",
-        "2025-13-01",
-        "25-01-01",
-        "2025-01-01T24:00",
-        "yesterday",
-        "",
-        "2025-01-01T1",
-    ] {
-        assert!(parse_since(bad).is_err(), "{bad}");
-    }
-}
-
-#[test]
 fn jobs_sum_across_nodes() {
     let meta = JobMeta {
         user: Some("alice".into()),

@@ -88,28 +88,14 @@ pub(crate) fn month_number(name: &[u8]) -> Option<u8> {
         .map(|i| i as u8 + 1)
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-pub(crate) fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (i64::from(m) + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
 fn valid_civil(month: u8, day: u8, hour: u8, min: u8, sec: u8) -> bool {
     (1..=12).contains(&month) && (1..=31).contains(&day) && hour < 24 && min < 60 && sec <= 60
 }
 
-/// Unix seconds of a UTC civil time.
+/// Unix seconds of a UTC civil time (see [`crate::time::utc_to_unix`]).
 pub(crate) fn utc_to_unix(y: i32, month: u8, day: u8, hour: u8, min: u8, sec: u8) -> Option<i64> {
-    if !valid_civil(month, day, hour, min, sec) {
-        return None;
-    }
-    let days = days_from_civil(i64::from(y), u32::from(month), u32::from(day));
-    Some(days * 86_400 + i64::from(hour) * 3600 + i64::from(min) * 60 + i64::from(sec))
+    let (m, d) = (u32::from(month), u32::from(day));
+    crate::time::utc_to_unix(i64::from(y), m, d, hour.into(), min.into(), sec.into())
 }
 
 /// Unix seconds of a local civil time, in the process's time zone.
@@ -137,7 +123,7 @@ fn local_to_unix(y: i32, month: u8, day: u8, hour: u8, min: u8, sec: u8) -> Opti
 
 /// The (UTC) year of a Unix ms time.
 fn year_of(unix_ms: i64) -> Option<i32> {
-    let (year, _, _) = crate::logging::civil_from_days(unix_ms.div_euclid(86_400_000));
+    let (year, _, _) = crate::time::civil_from_days(unix_ms.div_euclid(86_400_000));
     i32::try_from(year).ok()
 }
 
@@ -147,7 +133,6 @@ mod tests {
 
     #[test]
     fn civil_round_trip() {
-        assert_eq!(days_from_civil(1970, 1, 1), 0);
         assert_eq!(utc_to_unix(2026, 11, 29, 14, 0, 1), Some(1_795_960_801));
         assert_eq!(year_of(1_795_960_801_000), Some(2026));
         assert_eq!(year_of(0), Some(1970));

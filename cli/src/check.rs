@@ -1,8 +1,9 @@
 //! `gpu-health check`: the prolog's probe and checks, printed, never acted on.
 
-use gpu_health_core::config::{Config, ConfigError};
 use gpu_health_core::finding::{Action, Finding};
-use gpu_health_core::{gate, probe};
+use gpu_health_core::probe;
+use gpu_health_core::run::{node_check, RunContext};
+use gpu_health_core::text::printable;
 use serde::Serialize;
 
 #[derive(Serialize)]
@@ -25,32 +26,33 @@ struct GpuLine<'a> {
     lost: bool,
 }
 
-pub fn run(args: &[String], cfg: &Config, config_error: Option<&ConfigError>) -> i32 {
+const USAGE: &str = "usage: gpu-health check [--json]";
+
+pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
     let mut json = false;
-    for a in args {
-        match a.as_str() {
-            "--json" => json = true,
-            other => {
-                eprintln!(
-                    "gpu-health check: unknown option {other:?} (usage: gpu-health check [--json])"
-                );
-                return 2;
+    let mut parser = lexopt::Parser::from_args(args);
+    loop {
+        match parser.next() {
+            Ok(None) => break,
+            Ok(Some(lexopt::Arg::Long("json"))) => json = true,
+            Ok(Some(lexopt::Arg::Long("help") | lexopt::Arg::Short('h'))) => {
+                println!("{USAGE}\n\nProbe this node as the Prolog does and print the findings; never drains.\nExit 0 healthy, 1 a fatal finding, 2 a usage or configuration error.");
+                return 0;
             }
+            Ok(Some(arg)) => return crate::usage_error("check", arg.unexpected(), USAGE),
+            Err(e) => return crate::usage_error("check", e, USAGE),
         }
     }
-    if let Some(e) = config_error {
-        eprintln!("gpu-health: configuration error: {e}");
-    }
-    let now = gpu_health_core::time::unix_ms();
+    let ctx = start();
     let opts = probe::ProbeOptions {
         topology: true,
         ..Default::default()
     };
-    let check = gate::check_node(cfg, opts, now);
+    let check = node_check::check_node(&ctx, opts);
     let worst = check.findings.iter().map(|f| f.action).max();
     let report = Report {
-        node: gate::hostname(),
-        config_error: config_error.map(|e| e.to_string()),
+        node: ctx.node.to_string(),
+        config_error: ctx.loaded.error.as_ref().map(|e| e.to_string()),
         probe_us: check.snapshot.probe_us,
         driver_version: check.snapshot.driver_version.as_deref(),
         gpus: check
@@ -79,7 +81,7 @@ pub fn run(args: &[String], cfg: &Config, config_error: Option<&ConfigError>) ->
     } else {
         print_table(&report);
     }
-    if config_error.is_some() {
+    if !ctx.config_ok() {
         2
     } else if worst.is_some_and(Action::drains) {
         1
@@ -92,7 +94,7 @@ fn print_table(r: &Report<'_>) {
     println!(
         "node {}  driver {}  probe {:.1} ms  {} GPUs",
         r.node,
-        r.driver_version.unwrap_or("-"),
+        printable(r.driver_version.unwrap_or("-")),
         r.probe_us as f64 / 1000.0,
         r.gpus.len()
     );
@@ -107,7 +109,7 @@ fn print_table(r: &Report<'_>) {
             "-",
             f.check,
             f.action.severity(),
-            f.message
+            printable(&f.message)
         );
     }
     for g in &r.gpus {
@@ -116,7 +118,7 @@ fn print_table(r: &Report<'_>) {
             .iter()
             .filter(|f| f.gpu == Some(g.index))
             .collect();
-        let pci = g.pci.unwrap_or("-");
+        let pci = printable(g.pci.unwrap_or("-"));
         if mine.is_empty() {
             println!(
                 "{:<5} {:<13} {:<22} {:<6} {}",
@@ -124,7 +126,7 @@ fn print_table(r: &Report<'_>) {
                 pci,
                 "all",
                 "ok",
-                g.name.unwrap_or("")
+                printable(g.name.unwrap_or(""))
             );
         }
         for f in mine {
@@ -134,7 +136,7 @@ fn print_table(r: &Report<'_>) {
                 pci,
                 f.check,
                 f.action.severity(),
-                f.message
+                printable(&f.message)
             );
         }
     }

@@ -1,23 +1,28 @@
 //! `gpu-health health-check`: the HealthCheckProgram run, by hand.
 
-use gpu_health_core::config::{Config, ConfigError};
 use gpu_health_core::finding::Action;
-use gpu_health_core::ops::health::{self, HealthAction};
+use gpu_health_core::run::health_check::{self, HealthAction};
+use gpu_health_core::run::RunContext;
 
-pub fn run(args: &[String], cfg: &Config, config_error: Option<&ConfigError>) -> i32 {
-    if let Some(a) = args.first() {
-        eprintln!("gpu-health health-check: unknown argument {a:?} (it takes none)");
-        return 2;
+const USAGE: &str = "usage: gpu-health health-check";
+
+pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
+    let mut parser = lexopt::Parser::from_args(args);
+    match parser.next() {
+        Ok(None) => {}
+        Ok(Some(lexopt::Arg::Long("help") | lexopt::Arg::Short('h'))) => {
+            println!("{USAGE}\n\nThe checks, drains and automatic return of HealthCheckProgram.");
+            return 0;
+        }
+        Ok(Some(arg)) => return crate::usage_error("health-check", arg.unexpected(), USAGE),
+        Err(e) => return crate::usage_error("health-check", e, USAGE),
     }
-    if let Some(e) = config_error {
-        eprintln!("gpu-health: configuration error (no drain in this run): {e}");
-    }
-    let node = crate::resume::this_node();
-    gpu_health_core::logging::set_target(&node, cfg.log_file.as_deref());
-    let report = health::run(cfg, config_error.is_none(), &node, gpu_health_core::time::unix_ms());
+    let ctx = start();
+    let report = health_check::run(&ctx);
     for f in report.findings.iter().filter(|f| f.action > Action::Info) {
         println!("{:<6} {:<18} {}", f.action.severity(), f.check, f.message);
     }
+    let node = &report.node;
     match &report.action {
         HealthAction::Nothing => println!("{node}: nothing to do"),
         HealthAction::Drained(r) => println!("{node}: drained: {r}"),

@@ -1,4 +1,5 @@
-//! gpu-health: the admin command. Thin wiring over gpu_health_core.
+//! gpu-health: the admin command. Thin wiring over gpu_health_core; each
+//! command parses its own arguments (lexopt) and prints its own --help.
 
 mod check;
 mod health;
@@ -6,7 +7,9 @@ mod report;
 mod resume;
 mod xids;
 
-use gpu_health_core::{config, gate, logging};
+use gpu_health_core::logging;
+use gpu_health_core::run::{RunContext, StateAccess};
+use lexopt::ValueExt;
 
 const USAGE: &str = "\
 usage: gpu-health <command> [options]
@@ -29,43 +32,71 @@ else /etc/slurm/gpu-health.toml (see docs/configuration.md).
 
 fn main() {
     logging::init("gpu-health", log::Level::Error);
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.len() > 1 && args[1..].iter().any(|a| a == "--help" || a == "-h") {
-        print!("{USAGE}");
-        std::process::exit(0);
-    }
-    let code = match args.first().map(String::as_str) {
-        Some("--version" | "version") => {
-            println!("gpu-health {}", env!("CARGO_PKG_VERSION"));
-            0
-        }
-        Some("check") => with_config(|cfg, err| check::run(&args[1..], cfg, err)),
-        Some("xids") => with_config(|cfg, _| xids::run(&args[1..], cfg)),
-        Some("report") => with_config(|cfg, _| report::run(&args[1..], cfg)),
-        Some("health-check") => with_config(|cfg, err| health::run(&args[1..], cfg, err)),
-        Some("resume") => with_config(|cfg, err| resume::run(&args[1..], cfg, err)),
-        Some("help" | "--help" | "-h") => {
-            print!("{USAGE}");
-            0
-        }
-        Some(other) => {
-            eprintln!("gpu-health: unknown command {other:?}\n\n{USAGE}");
-            2
-        }
-        None => {
-            eprint!("{USAGE}");
+    let code = match dispatch(lexopt::Parser::from_env()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gpu-health: {e}\n\n{USAGE}");
             2
         }
     };
     std::process::exit(code);
 }
 
-/// Load the configuration for this node and hand it to a command.
-fn with_config(f: impl FnOnce(&config::Config, Option<&config::ConfigError>) -> i32) -> i32 {
-    let node = std::env::var("SLURMD_NODENAME")
-        .ok()
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(gate::hostname);
-    let loaded = config::load_or_default(Some(&node));
-    f(&loaded.config, loaded.error.as_ref())
+fn dispatch(mut parser: lexopt::Parser) -> Result<i32, lexopt::Error> {
+    use lexopt::Arg::{Long, Short, Value};
+    let command = match parser.next()? {
+        None => {
+            eprint!("{USAGE}");
+            return Ok(2);
+        }
+        Some(Long("help") | Short('h')) => {
+            print!("{USAGE}");
+            return Ok(0);
+        }
+        Some(Long("version")) => {
+            println!("gpu-health {}", env!("CARGO_PKG_VERSION"));
+            return Ok(0);
+        }
+        Some(Value(v)) => v.string()?,
+        Some(other) => return Err(other.unexpected()),
+    };
+    // The rest belongs to the command, which parses it with its own lexopt
+    // parser (and answers its own --help).
+    let rest: Vec<String> = parser
+        .raw_args()?
+        .map(|a| a.into_string().map_err(lexopt::Error::NonUnicodeValue))
+        .collect::<Result<_, _>>()?;
+    let access = match command.as_str() {
+        "health-check" | "resume" => StateAccess::Write,
+        _ => StateAccess::Read,
+    };
+    let start = || RunContext::start(|k| std::env::var(k).ok(), None, access);
+    Ok(match command.as_str() {
+        "check" => check::run(&rest, start),
+        "xids" => xids::run(&rest, start),
+        "report" => report::run(&rest, &start().loaded.config),
+        "health-check" => health::run(&rest, start),
+        "resume" => resume::run(&rest, start),
+        "help" => {
+            print!("{USAGE}");
+            0
+        }
+        "version" => {
+            println!("gpu-health {}", env!("CARGO_PKG_VERSION"));
+            0
+        }
+        other => {
+            eprintln!(
+                "gpu-health: unknown command {:?}\n\n{USAGE}",
+                gpu_health_core::text::printable(other)
+            );
+            2
+        }
+    })
+}
+
+/// The usage error of a command: printed with its usage, exit 2.
+fn usage_error(command: &str, e: lexopt::Error, usage: &str) -> i32 {
+    eprintln!("gpu-health {command}: {e}\n{usage}");
+    2
 }

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use gpu_health_core::config::Config;
-use gpu_health_core::time::format_utc_ms;
 use gpu_health_core::records::{self, JobSummary};
+use gpu_health_core::time::format_utc_ms;
 
 const USAGE: &str = "\
 usage: gpu-health report [--job ID] [--user NAME] [--since DATE] [--json|--csv] [--dir DIR]
@@ -50,7 +50,9 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         match a.as_str() {
             "--job" => out.job = Some(value("--job")?),
             "--user" => out.user = Some(value("--user")?),
-            "--since" => out.since_ms = Some(gpu_health_core::time::parse_since(&value("--since")?)?),
+            "--since" => {
+                out.since_ms = Some(gpu_health_core::time::parse_since(&value("--since")?)?)
+            }
             "--dir" => out.dir = Some(PathBuf::from(value("--dir")?)),
             "--json" | "--csv" if out.format != Format::Table => {
                 return Err("--json and --csv exclude each other".into())

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use gpu_health_core::config::Config;
 use gpu_health_core::probe;
+use gpu_health_core::run::RunContext;
 use gpu_health_core::snapshot::NodeSnapshot;
+use gpu_health_core::text::printable;
 use gpu_health_core::xid::{self, EventKind, Policy, XidEvent};
 use serde_json::{Map, Value};
 
@@ -17,11 +19,21 @@ const PROBE_DEADLINE: Duration = Duration::from_secs(5);
 
 /// `args` are the words after `xids`. Exit: 0 listed (with or without
 /// events), 1 the log could not be read, 2 usage error.
-pub fn run(args: &[String], config: &Config) -> i32 {
-    let Some(opts) = parse_args(args) else {
-        eprintln!("{USAGE}");
-        return 2;
+pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
+    let opts = match parse_args(args) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            println!(
+                "{USAGE}\n\nThe NVIDIA Xid and SXid events of FILE (default: the configured kernel_log)\n\
+                 with the action gpu-health's policy gives each.\n  --json      one JSON object per event\n  \
+                 --no-probe  do not ask NVML which GPU index a PCI address is"
+            );
+            return 0;
+        }
+        Err(e) => return crate::usage_error("xids", e, USAGE),
     };
+    let ctx = start();
+    let config = ctx.config();
     let snapshot = if opts.probe {
         let deadline = Duration::from_millis(config.nvml_deadline_ms).min(PROBE_DEADLINE);
         probe::probe_with_deadline(
@@ -41,22 +53,25 @@ struct Options {
     file: Option<PathBuf>,
 }
 
-fn parse_args(args: &[String]) -> Option<Options> {
+/// `Ok(None)` for --help.
+fn parse_args(args: &[String]) -> Result<Option<Options>, lexopt::Error> {
+    use lexopt::Arg::{Long, Short, Value};
     let mut opts = Options {
         json: false,
         probe: true,
         file: None,
     };
-    for a in args {
-        match a.as_str() {
-            "--json" => opts.json = true,
-            "--no-probe" => opts.probe = false,
-            s if s.starts_with('-') && s != "-" => return None,
-            s if opts.file.is_none() => opts.file = Some(PathBuf::from(s)),
-            _ => return None,
+    let mut parser = lexopt::Parser::from_args(args);
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("json") => opts.json = true,
+            Long("no-probe") => opts.probe = false,
+            Long("help") | Short('h') => return Ok(None),
+            Value(v) if opts.file.is_none() => opts.file = Some(PathBuf::from(v)),
+            other => return Err(other.unexpected()),
         }
     }
-    Some(opts)
+    Ok(Some(opts))
 }
 
 fn run_with_snapshot(opts: &Options, config: &Config, snapshot: &NodeSnapshot) -> i32 {
@@ -120,7 +135,7 @@ fn print_table(events: &[XidEvent], policy: &Policy) {
             (None, Some(us)) => format!("boot+{}.{:06}s", us / 1_000_000, us % 1_000_000),
             (None, None) => "-".into(),
         };
-        let dash = |s: Option<String>| s.unwrap_or_else(|| "-".into());
+        let dash = |s: Option<String>| s.map_or_else(|| "-".into(), |s| printable(&s).into_owned());
         let message = if ev.fallen_off_bus {
             format!("(fallen off the bus) {}", ev.message)
         } else {
@@ -135,7 +150,7 @@ fn print_table(events: &[XidEvent], policy: &Policy) {
             dash(ev.pid.map(|p| p.to_string())),
             dash(ev.process.clone()),
             policy.decide(ev).action.as_str(),
-            message.replace(char::is_control, " "),
+            printable(&message),
         );
     }
 }
@@ -150,19 +165,14 @@ mod tests {
 
     #[test]
     fn usage_errors() {
-        assert!(parse_args(&args(&["--jsn"])).is_none());
-        assert!(parse_args(&args(&["a", "b"])).is_none());
-        let o = parse_args(&args(&["--json", "/var/log/kern.log"])).unwrap();
+        assert!(parse_args(&args(&["--jsn"])).is_err());
+        assert!(parse_args(&args(&["a", "b"])).is_err());
+        let o = parse_args(&args(&["--json", "/var/log/kern.log"]))
+            .unwrap()
+            .unwrap();
         assert!(o.json && o.probe);
         assert_eq!(o.file.as_deref(), Some(Path::new("/var/log/kern.log")));
-        assert_eq!(run(&args(&["--bogus"]), &Config::default()), 2);
-    }
-
-    #[test]
-    fn utc_format() {
-        assert_eq!(format_utc(1_795_960_801_123), "2026-11-29T14:00:01.123Z");
-        assert_eq!(format_utc(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(format_utc(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert!(parse_args(&args(&["--help"])).unwrap().is_none());
     }
 
     #[test]

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use gpu_health_core::snapshot::NodeSnapshot;
+use gpu_health_core::state::{StateDir, StateFile};
 use gpu_health_core::xid::{
-    commit, read_since, read_source, scan, Cursor, KmsgSource, LogSource, MemoryRing, XidConfig,
-    XidState,
+    read_since, read_source, scan, Cursor, KmsgSource, LogSource, MemoryRing, XidConfig, XidState,
 };
 
 const HISTORY_LINES: usize = 1_000_000;
@@ -95,7 +95,7 @@ fn grep_count(path: &Path) -> usize {
 fn benches(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("kern.log");
-    let cursor = dir.path().join("xid-cursor.json");
+    let state = StateDir::open(&dir.path().join("state"));
     write_log(&log, 0, HISTORY_LINES, false);
     let cfg = XidConfig::default();
     let snap = NodeSnapshot::default();
@@ -129,15 +129,13 @@ fn benches(c: &mut Criterion) {
 
     // Incremental: cursor at the end of the history, 100 new lines.
     let history_end = parse_all().cursor.expect("cursor");
-    commit(
-        &cursor,
-        &XidState {
-            version: 1,
-            cursor: Some(history_end.clone()),
-            history: Default::default(),
-        },
-    )
-    .expect("commit");
+    let saved = XidState {
+        cursor: Some(history_end.clone()),
+        ..XidState::fresh()
+    };
+    state
+        .save(StateFile::KernelLogCursor, &saved)
+        .expect("save the cursor");
     write_log(&log, HISTORY_LINES, HISTORY_LINES + 100, true);
     let mut g = c.benchmark_group("xid_incremental_1m_history_100_new");
     g.sample_size(50).measurement_time(Duration::from_secs(3));
@@ -146,7 +144,11 @@ fn benches(c: &mut Criterion) {
     });
     // The prolog's call: loads the cursor file, reads, judges (no commit).
     g.bench_function("scan_with_cursor_file", |b| {
-        b.iter(|| scan(&log, &cursor, &cfg, &snap, NOW_MS))
+        b.iter(|| {
+            let loaded = state.load::<XidState>(StateFile::KernelLogCursor);
+            let (st, _) = XidState::checked(loaded.expect("cursor"));
+            scan(&log, st, &cfg, &snap, NOW_MS)
+        })
     });
     g.finish();
 

@@ -2,20 +2,33 @@
 //!
 //! Data flows one way: probe (NVML, sysfs, kernel log) -> [`snapshot`] ->
 //! pure checks against the [`config`] policy -> [`finding`]s and a
-//! [`verdict`] -> actions at the edges ([`slurm`], [`state`]).
+//! [`verdict`] -> actions at the edges ([`slurm`], [`state`], [`records`]).
+//! [`run`] holds each run (prolog, health check, epilog, resume, check)
+//! once, in that order: decide, act, then commit; the binaries and the
+//! SPANK plugin are wiring around it.
+//!
+//! Layers, each importing only from those below it:
+//! - [`run`]
+//! - [`records`], [`ops`]
+//! - [`checks`], [`xid`], [`probe`], [`fabric`], [`topology`]
+//! - [`slurm`], [`state`], [`config`], [`logging`]
+//! - [`snapshot`], [`finding`], [`verdict`], [`ids`], [`process`], [`time`], [`text`]
 
 pub mod checks;
 pub mod config;
 pub mod fabric;
 pub mod finding;
-pub mod gate;
+pub mod ids;
 pub mod logging;
 pub mod ops;
 pub mod probe;
+pub mod process;
 pub mod records;
+pub mod run;
 pub mod slurm;
 pub mod snapshot;
 pub mod state;
+pub mod text;
 pub mod time;
 pub mod topology;
 pub mod verdict;

@@ -9,6 +9,9 @@ use std::sync::Mutex;
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 
+use crate::ids::NodeName;
+use crate::text::printable;
+
 struct Logger {
     program: &'static str,
     node: Mutex<String>,
@@ -32,16 +35,15 @@ pub fn init(program: &'static str, stderr_level: Level) {
     }
 }
 
-/// Name the node in every line and, if given, also append to `path`
-/// (`%n` in the path is replaced by the node name).
-pub fn set_target(node: &str, path: Option<&Path>) {
+/// Name the node in every line and, if given, also append to `path` (the
+/// configuration has replaced `%n` already).
+pub fn set_target(node: &NodeName, path: Option<&Path>) {
     let Some(logger) = LOGGER.get() else { return };
     if let Ok(mut n) = logger.node.lock() {
         *n = node.to_string();
     }
     let Some(path) = path else { return };
-    let path = expand_node(path, node);
-    if let Some(dir) = Path::new(&path).parent() {
+    if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
     match OpenOptions::new()
@@ -49,20 +51,15 @@ pub fn set_target(node: &str, path: Option<&Path>) {
         .create(true)
         .mode(0o640)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
+        .open(path)
     {
         Ok(f) => {
             if let Ok(mut slot) = logger.file.lock() {
                 *slot = Some(f);
             }
         }
-        Err(e) => log::warn!("cannot open log file {path}: {e}"),
+        Err(e) => log::warn!("cannot open log file {}: {e}", path.display()),
     }
-}
-
-/// Replace `%n` with the node name (Slurm's own convention).
-pub fn expand_node(path: &Path, node: &str) -> String {
-    path.to_string_lossy().replace("%n", node)
 }
 
 impl Log for Logger {
@@ -82,7 +79,9 @@ impl Log for Logger {
             self.program,
             std::process::id(),
             r.level(),
-            r.args()
+            // Messages quote the kernel log, the environment and Slurm:
+            // nothing in them may forge a line or reach the terminal raw.
+            printable(&r.args().to_string())
         );
         if r.level() <= self.stderr_level {
             let _ = std::io::stderr().write_all(line.as_bytes());
@@ -95,17 +94,4 @@ impl Log for Logger {
     }
 
     fn flush(&self) {}
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn expands_node() {
-        assert_eq!(
-            expand_node(Path::new("/var/log/gh-%n.log"), "n1"),
-            "/var/log/gh-n1.log"
-        );
-    }
 }

@@ -1,26 +1,25 @@
-//! Slurm actions: the only place that runs Slurm commands.
+//! Slurm actions: the only place that runs Slurm commands and reads their
+//! output.
 //!
-//! Commands run without a shell, with stdin closed and a hard timeout;
-//! every value that reaches an argument is checked first. Only the failing
-//! path calls Slurm (Slurm's docs ask prologs not to on the common path).
+//! Commands run through [`crate::process::run`] (no shell, stdin closed,
+//! killed at the deadline); every value that reaches an argument is
+//! checked first. One [`Scontrol`] serves one run and holds that run's
+//! time budget: every call gets what is left of it, so a slow slurmctld
+//! cannot hold a job start longer than `scontrol_timeout_ms` in all. Only
+//! the failing path calls Slurm (Slurm's docs ask prologs not to on the
+//! common path).
 
-use std::io::Read;
-use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::finding::is_own_reason;
+use crate::ids::NodeName;
+use crate::process::{self, RunError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SlurmError {
-    #[error("cannot run {program}: {source}")]
-    Spawn {
-        program: String,
-        source: std::io::Error,
-    },
-    #[error("{program} did not finish in {ms} ms (killed)")]
-    Timeout { program: String, ms: u64 },
+    #[error(transparent)]
+    Run(#[from] RunError),
     #[error("{program} failed ({status}): {stderr}")]
     Failed {
         program: String,
@@ -29,43 +28,38 @@ pub enum SlurmError {
     },
     #[error("refusing unsafe {what}: {value:?}")]
     BadArgument { what: &'static str, value: String },
-    #[error("unexpected output from {program}: {detail}")]
-    Parse { program: String, detail: String },
+    #[error("the run's time for Slurm commands ({budget_ms} ms, scontrol_timeout_ms) is spent")]
+    BudgetSpent { budget_ms: u64 },
 }
 
 /// Output kept from a command (bounded: a huge cluster listing is cut).
 const MAX_OUTPUT: usize = 8 << 20;
 
+/// scontrol for one run, with the run's time budget.
 pub struct Scontrol<'a> {
-    pub program: &'a Path,
-    pub timeout: Duration,
+    program: &'a Path,
+    budget: Duration,
+    deadline: Instant,
 }
 
-/// A node name we are willing to put on a command line.
-pub fn valid_node_name(n: &str) -> bool {
-    !n.is_empty()
-        && n.len() <= 64
-        && !n.starts_with('-')
-        && n.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-}
-
-fn check_node(node: &str) -> Result<(), SlurmError> {
-    if valid_node_name(node) {
-        Ok(())
-    } else {
-        Err(SlurmError::BadArgument {
-            what: "node name",
-            value: node.to_string(),
-        })
+impl<'a> Scontrol<'a> {
+    /// The budget starts now.
+    pub fn new(program: &'a Path, budget: Duration) -> Scontrol<'a> {
+        Scontrol {
+            program,
+            budget,
+            deadline: Instant::now() + budget,
+        }
     }
-}
 
-impl Scontrol<'_> {
+    /// What is left of the budget.
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
     /// Drain `node` with `reason` (which must be one of ours).
-    pub fn drain(&self, node: &str, reason: &str) -> Result<(), SlurmError> {
-        check_node(node)?;
-        if !is_own_reason(reason) || reason.contains('\n') {
+    pub fn drain(&self, node: &NodeName, reason: &str) -> Result<(), SlurmError> {
+        if !is_own_reason(reason) || reason.contains(['\n', '\r']) {
             return Err(SlurmError::BadArgument {
                 what: "reason",
                 value: reason.to_string(),
@@ -81,25 +75,45 @@ impl Scontrol<'_> {
     }
 
     /// Return `node` to service. Callers check ownership of the drain first.
-    pub fn resume(&self, node: &str) -> Result<(), SlurmError> {
-        check_node(node)?;
+    pub fn resume(&self, node: &NodeName) -> Result<(), SlurmError> {
         self.run(&["update", &format!("NodeName={node}"), "State=RESUME"])
             .map(drop)
     }
 
-    /// `scontrol show node -o` output for one node or all (`None`).
-    pub fn show_nodes(&self, node: Option<&str>) -> Result<Vec<NodeInfo>, SlurmError> {
+    /// `scontrol show node -o` for one node or all (`None`).
+    pub fn show_nodes(&self, node: Option<&NodeName>) -> Result<Vec<NodeInfo>, SlurmError> {
         let mut args = vec!["show", "node", "-o"];
         if let Some(n) = node {
-            check_node(n)?;
-            args.push(n);
+            args.push(n.as_str());
         }
         let out = self.run(&args)?;
         Ok(out.lines().filter_map(NodeInfo::parse).collect())
     }
 
+    /// This node as Slurm sees it (`None`: Slurm does not know it).
+    pub fn show_node(&self, node: &NodeName) -> Result<Option<NodeInfo>, SlurmError> {
+        Ok(self
+            .show_nodes(Some(node))?
+            .into_iter()
+            .find(|n| n.name == node.as_str()))
+    }
+
     fn run(&self, args: &[&str]) -> Result<String, SlurmError> {
-        run_with_timeout(self.program, args, self.timeout)
+        let left = self.remaining();
+        if left.is_zero() {
+            return Err(SlurmError::BudgetSpent {
+                budget_ms: self.budget.as_millis() as u64,
+            });
+        }
+        let done = process::run(self.program, args, left, MAX_OUTPUT)?;
+        if !done.status.success() {
+            return Err(SlurmError::Failed {
+                program: self.program.display().to_string(),
+                status: done.status.to_string(),
+                stderr: done.stderr.trim().chars().take(500).collect(),
+            });
+        }
+        Ok(done.stdout)
     }
 }
 
@@ -110,6 +124,10 @@ pub struct NodeInfo {
     /// e.g. `IDLE+DRAIN`, `MIXED`, `DOWN*+DRAIN`.
     pub state: String,
     pub reason: Option<String>,
+    /// When slurmctld set the reason: `2026-11-29T14:00:01` from
+    /// ` [root@2026-11-29T14:00:01]` (ISO stamps of one slurmctld sort as
+    /// strings; the drain brake ranks drains by them).
+    pub reason_time: Option<String>,
     pub partitions: Vec<String>,
 }
 
@@ -131,18 +149,26 @@ impl NodeInfo {
                     .collect()
             })
             .unwrap_or_default();
-        let reason = line.find(" Reason=").map(|i| {
-            let r = &line[i + " Reason=".len()..];
-            // Slurm appends " [user@time]".
-            match r.rfind(" [") {
-                Some(j) if r.trim_end().ends_with(']') => r[..j].to_string(),
-                _ => r.trim_end().to_string(),
+        // Reason is last; Slurm appends " [user@time]".
+        let (reason, reason_time) = match line.find(" Reason=") {
+            None => (None, None),
+            Some(i) => {
+                let r = line[i + " Reason=".len()..].trim_end();
+                match (r.strip_suffix(']'), r.rfind(" [")) {
+                    (Some(inner), Some(j)) => {
+                        let stamp = &inner[j + 2..];
+                        let time = stamp.rsplit_once('@').map_or(stamp, |(_, t)| t);
+                        (Some(r[..j].to_string()), Some(time.to_string()))
+                    }
+                    _ => (Some(r.to_string()), None),
+                }
             }
-        });
+        };
         Some(NodeInfo {
             name,
             state,
             reason: reason.filter(|r| !r.is_empty() && r != "(null)"),
+            reason_time,
             partitions,
         })
     }
@@ -152,132 +178,10 @@ impl NodeInfo {
             .split('+')
             .any(|s| s == "DRAIN" || s == "DRAINED" || s == "DRAINING")
     }
-}
 
-/// Run `program args` without a shell, stdin from /dev/null, and kill it
-/// after `timeout`. Returns stdout on exit status 0.
-pub fn run_with_timeout(
-    program: &Path,
-    args: &[&str],
-    timeout: Duration,
-) -> Result<String, SlurmError> {
-    let name = program.display().to_string();
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|source| SlurmError::Spawn {
-            program: name.clone(),
-            source,
-        })?;
-    let end = Instant::now() + timeout;
-    let mut out = Vec::new();
-    let mut err = Vec::new();
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
-    // Drain both pipes while waiting, so a large listing cannot block the
-    // child on a full pipe.
-    while stdout.is_some() || stderr.is_some() {
-        let left = end.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(SlurmError::Timeout {
-                program: name,
-                ms: timeout.as_millis() as u64,
-            });
-        }
-        let mut fds: Vec<libc::pollfd> = [
-            stdout.as_ref().map(|s| s.as_raw_fd()),
-            stderr.as_ref().map(|s| s.as_raw_fd()),
-        ]
-        .into_iter()
-        .flatten()
-        .map(|fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-        let ms = left.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
-        // SAFETY: fds is a valid slice of pollfd.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        if n < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            break;
-        }
-        let ready = |fd: i32| fds.iter().any(|p| p.fd == fd && p.revents != 0);
-        for (pipe, buf) in [
-            (&mut stdout as &mut dyn PipeSlot, &mut out),
-            (&mut stderr as &mut dyn PipeSlot, &mut err),
-        ] {
-            if pipe.fd().is_some_and(ready) && !pipe.pump(buf) {
-                pipe.close();
-            }
-        }
-    }
-    let status = loop {
-        if let Some(s) = child.try_wait().map_err(|source| SlurmError::Spawn {
-            program: name.clone(),
-            source,
-        })? {
-            break s;
-        }
-        if Instant::now() >= end {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(SlurmError::Timeout {
-                program: name,
-                ms: timeout.as_millis() as u64,
-            });
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    if !status.success() {
-        return Err(SlurmError::Failed {
-            program: name,
-            status: status.to_string(),
-            stderr: String::from_utf8_lossy(&err)
-                .trim()
-                .chars()
-                .take(500)
-                .collect(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out).into_owned())
-}
-
-/// A child pipe being read until EOF.
-trait PipeSlot {
-    fn fd(&self) -> Option<i32>;
-    /// Read what is there; false at EOF or error.
-    fn pump(&mut self, buf: &mut Vec<u8>) -> bool;
-    fn close(&mut self);
-}
-
-impl<R: Read + AsRawFd> PipeSlot for Option<R> {
-    fn fd(&self) -> Option<i32> {
-        self.as_ref().map(|r| r.as_raw_fd())
-    }
-    fn pump(&mut self, buf: &mut Vec<u8>) -> bool {
-        let Some(r) = self.as_mut() else { return false };
-        let mut chunk = [0u8; 16 << 10];
-        match r.read(&mut chunk) {
-            Ok(0) | Err(_) => false,
-            Ok(k) => {
-                if buf.len() < MAX_OUTPUT {
-                    buf.extend_from_slice(&chunk[..k]);
-                }
-                true
-            }
-        }
-    }
-    fn close(&mut self) {
-        *self = None;
+    /// Drained with a reason of gpu-health's.
+    pub fn drained_by_us(&self) -> bool {
+        self.is_drained() && self.reason.as_deref().is_some_and(is_own_reason)
     }
 }
 
@@ -291,63 +195,56 @@ mod tests {
                  Partitions=gpu,debug Reason=gpu-health: Xid 79 GPU3 0000:5d:00.0 (drain) [root@2026-11-29T14:00:01]";
         let n = NodeInfo::parse(l).unwrap();
         assert_eq!(n.name, "n2");
-        assert!(n.is_drained());
+        assert!(n.is_drained() && n.drained_by_us());
         assert_eq!(n.partitions, vec!["gpu", "debug"]);
         assert_eq!(
             n.reason.as_deref(),
             Some("gpu-health: Xid 79 GPU3 0000:5d:00.0 (drain)")
         );
+        assert_eq!(n.reason_time.as_deref(), Some("2026-11-29T14:00:01"));
         let idle = NodeInfo::parse("NodeName=n1 State=IDLE Partitions=gpu").unwrap();
         assert!(!idle.is_drained());
-        assert_eq!(idle.reason, None);
+        assert_eq!((idle.reason, idle.reason_time), (None, None));
+        let plain = NodeInfo::parse("NodeName=n3 State=DRAIN Reason=admin").unwrap();
+        assert_eq!(plain.reason.as_deref(), Some("admin"));
+        assert!(!plain.drained_by_us());
         assert!(NodeInfo::parse("garbage").is_none());
     }
 
-    #[test]
-    fn refuses_unsafe_arguments() {
-        let s = Scontrol {
-            program: Path::new("/bin/true"),
-            timeout: Duration::from_secs(1),
-        };
-        assert!(matches!(
-            s.drain("-h", "gpu-health: x"),
-            Err(SlurmError::BadArgument { .. })
-        ));
-        assert!(matches!(
-            s.drain("n1 n2", "gpu-health: x"),
-            Err(SlurmError::BadArgument { .. })
-        ));
-        assert!(matches!(
-            s.drain("n1", "admin: x"),
-            Err(SlurmError::BadArgument { .. })
-        ));
-        assert!(s.drain("n1", "gpu-health: x (drain)").is_ok());
+    fn node(n: &str) -> NodeName {
+        NodeName::parse(n).unwrap()
     }
 
     #[test]
-    fn timeout_kills_and_failures_report() {
+    fn refuses_foreign_reasons() {
+        let s = Scontrol::new(Path::new("/bin/true"), Duration::from_secs(2));
+        assert!(matches!(
+            s.drain(&node("n1"), "admin: x"),
+            Err(SlurmError::BadArgument { .. })
+        ));
+        assert!(matches!(
+            s.drain(&node("n1"), "gpu-health: x\nNodeName=n2"),
+            Err(SlurmError::BadArgument { .. })
+        ));
+        assert!(s.drain(&node("n1"), "gpu-health: x (drain)").is_ok());
+    }
+
+    #[test]
+    fn one_budget_for_every_call_of_a_run() {
         let t0 = Instant::now();
-        let r = run_with_timeout(Path::new("/bin/sleep"), &["5"], Duration::from_millis(200));
-        assert!(matches!(r, Err(SlurmError::Timeout { .. })), "{r:?}");
-        assert!(t0.elapsed() < Duration::from_secs(2));
+        // `sleep update NodeName=...` fails at once; a slow scontrol is
+        // stood in for by `sleep` reading its first word as seconds.
+        let slow = Scontrol::new(Path::new("/bin/sleep"), Duration::from_millis(300));
         assert!(matches!(
-            run_with_timeout(Path::new("/bin/false"), &[], Duration::from_secs(2)),
-            Err(SlurmError::Failed { .. })
+            slow.run(&["5"]),
+            Err(SlurmError::Run(RunError::Timeout { .. }))
         ));
         assert!(matches!(
-            run_with_timeout(
-                Path::new("/nonexistent/scontrol"),
-                &[],
-                Duration::from_secs(2)
-            ),
-            Err(SlurmError::Spawn { .. })
+            slow.run(&["5"]),
+            Err(SlurmError::BudgetSpent { .. })
         ));
-        let big = run_with_timeout(
-            Path::new("/usr/bin/seq"),
-            &["1", "200000"],
-            Duration::from_secs(10),
-        )
-        .unwrap();
-        assert_eq!(big.lines().count(), 200000);
+        assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+        let s = Scontrol::new(Path::new("/bin/sleep"), Duration::from_secs(2));
+        assert!(matches!(s.run(&["x"]), Err(SlurmError::Failed { .. })));
     }
 }

@@ -6,6 +6,11 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The most GPUs one node can hold as gpu-health sees them: NVML numbers a
+/// node's devices below 64 (today's largest nodes have 8 to 16), and
+/// `expected_gpus` and job GPU lists are capped at it.
+pub const MAX_GPUS: usize = 64;
+
 /// Everything gpu-health learned about one node at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodeSnapshot {

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::finding::Finding;
+use crate::ids::JobId;
 
 /// The job's `--gpu-health` mode.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,10 +37,10 @@ impl Mode {
     }
 }
 
-/// Written by the prolog to `<state_dir>/jobs/<job_id>.json`.
+/// Written by the prolog (`StateFile::JobVerdict`), read by the SPANK plugin.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobVerdict {
-    pub job_id: String,
+    pub job_id: JobId,
     pub node: String,
     pub mode: Mode,
     /// Unix time in milliseconds.

@@ -1,10 +1,25 @@
 //! Storing job records: appends under the lock, the pending spool, and
 //! reading back (malformed lines counted, duplicates once).
 
+use std::path::{Path, PathBuf};
+
+use gpu_health_core::ids::JobId;
 use gpu_health_core::records::{
-    append_lines, flush_pending, jobs_file, pending_dir, read_records, store_line, JobRecord,
-    Stored, RECORD_VERSION,
+    flush_pending, read_records, store_line, JobRecord, Stored, RECORD_VERSION,
 };
+use gpu_health_core::state::{RecordsDir, StateDir, StateError, StateFile, RECORDS_FILE};
+
+fn append_lines(dir: &Path, lines: &[String]) -> Result<(), StateError> {
+    RecordsDir::open(dir)?.append(lines)
+}
+
+fn jobs_file(dir: &Path) -> PathBuf {
+    dir.join(RECORDS_FILE)
+}
+
+fn job(n: u32) -> JobId {
+    JobId::from(n)
+}
 
 fn record(job: &str, node: &str, end_ms: u64) -> JobRecord {
     JobRecord {
@@ -77,20 +92,21 @@ fn a_torn_last_line_does_not_swallow_the_next_record() {
 #[test]
 fn unwritable_records_dir_spools_and_the_next_run_flushes() {
     let d = tempfile::tempdir().unwrap();
-    let state = d.path().join("state");
+    let state = StateDir::open(&d.path().join("state"));
+    let pending_dir = d.path().join("state/pending");
     let records = d.path().join("records");
     // A file where the directory should be: appends fail (root ignores
     // permission bits, so this is how a test makes the dir unusable).
     std::fs::write(&records, "not a dir").unwrap();
-    let stored = store_line(&state, &records, 10, "77", &line("77", "n1", 10));
+    let stored = store_line(&state, &records, 10, job(77), &line("77", "n1", 10));
     assert!(matches!(stored, Stored::Spooled { .. }), "{stored:?}");
-    let stored = store_line(&state, &records, 11, "78", &line("78", "n1", 11));
+    let stored = store_line(&state, &records, 11, job(78), &line("78", "n1", 11));
     assert!(matches!(stored, Stored::Spooled { .. }), "{stored:?}");
     assert!(flush_pending(&state, &records).is_err());
-    assert_eq!(std::fs::read_dir(pending_dir(&state)).unwrap().count(), 2);
+    assert_eq!(std::fs::read_dir(&pending_dir).unwrap().count(), 2);
     std::fs::remove_file(&records).unwrap();
     assert_eq!(flush_pending(&state, &records).unwrap(), 2);
-    assert_eq!(std::fs::read_dir(pending_dir(&state)).unwrap().count(), 0);
+    assert_eq!(std::fs::read_dir(&pending_dir).unwrap().count(), 0);
     let ids: Vec<_> = read_records(&records)
         .records
         .into_iter()
@@ -102,7 +118,8 @@ fn unwritable_records_dir_spools_and_the_next_run_flushes() {
 #[test]
 fn nothing_to_flush_is_fine_and_duplicates_count_once() {
     let d = tempfile::tempdir().unwrap();
-    assert_eq!(flush_pending(d.path(), &d.path().join("r")).unwrap(), 0);
+    let state = StateDir::open(&d.path().join("state"));
+    assert_eq!(flush_pending(&state, &d.path().join("r")).unwrap(), 0);
     let l = line("5", "n1", 9);
     append_lines(d.path(), &[l.clone(), l, line("5", "n2", 9)]).unwrap();
     let back = read_records(d.path());
@@ -134,27 +151,24 @@ fn records_file_symlink_is_refused() {
 }
 
 #[test]
-fn stale_start_snapshots_go_fresh_ones_stay() {
-    use gpu_health_core::records::{remove_stale_starts, start_path};
+fn stale_start_snapshots_are_listed_fresh_ones_not() {
     use std::time::Duration;
     let d = tempfile::tempdir().unwrap();
-    let (old, fresh) = (start_path(d.path(), "1"), start_path(d.path(), "2"));
-    std::fs::create_dir_all(old.parent().unwrap()).unwrap();
-    std::fs::write(&old, "{}").unwrap();
-    std::fs::write(&fresh, "{}").unwrap();
-    let verdict = d.path().join("jobs/1.json");
-    std::fs::write(&verdict, "{}").unwrap();
-    let f = std::fs::File::options().write(true).open(&old).unwrap();
-    f.set_modified(std::time::SystemTime::now() - Duration::from_secs(90 * 86_400))
-        .unwrap();
-    let g = std::fs::File::options().write(true).open(&verdict).unwrap();
-    g.set_modified(std::time::SystemTime::now() - Duration::from_secs(90 * 86_400))
-        .unwrap();
+    let state = StateDir::open(&d.path().join("state"));
+    state.save(StateFile::JobStart(job(1)), &1).unwrap();
+    state.save(StateFile::JobStart(job(2)), &2).unwrap();
+    state.save(StateFile::JobVerdict(job(1)), &3).unwrap();
+    for f in [StateFile::JobStart(job(1)), StateFile::JobVerdict(job(1))] {
+        let g = std::fs::File::options()
+            .write(true)
+            .open(state.path_of(f))
+            .unwrap();
+        g.set_modified(std::time::SystemTime::now() - Duration::from_secs(90 * 86_400))
+            .unwrap();
+    }
     assert_eq!(
-        remove_stale_starts(d.path(), Duration::from_secs(60 * 86_400)),
-        1
+        state.stale_job_starts(Duration::from_secs(60 * 86_400)),
+        vec![job(1)],
+        "verdicts are the prolog's business"
     );
-    assert!(!old.exists());
-    assert!(fresh.exists());
-    assert!(verdict.exists(), "verdicts are the prolog's business");
 }

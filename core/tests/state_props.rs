@@ -6,8 +6,10 @@ use std::path::Path;
 
 use gpu_health_core::checks::EccHistory;
 use gpu_health_core::config;
+use gpu_health_core::ids::JobId;
+use gpu_health_core::ops::pending::PendingDrain;
 use gpu_health_core::snapshot::NodeSnapshot;
-use gpu_health_core::state;
+use gpu_health_core::state::{StateDir, StateFile};
 use gpu_health_core::verdict::{parse_gpu_list, JobVerdict};
 use gpu_health_core::xid::XidState;
 use proptest::prelude::*;
@@ -59,7 +61,7 @@ proptest! {
         let p = Path::new("/etc/slurm/gpu-health.toml");
         if let Ok(c) = config::parse(p, &text, None) {
             // What parses is valid: the deadline stays bounded.
-            prop_assert!(c.nvml_deadline_ms >= 1 && c.nvml_deadline_ms <= 120_000);
+            prop_assert!(c.nvml_deadline_ms >= 200 && c.nvml_deadline_ms <= 120_000);
         }
     }
 
@@ -82,18 +84,20 @@ proptest! {
     #[test]
     fn state_files_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
         let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("f.json");
-        std::fs::write(&p, &bytes).unwrap();
-        let _ = state::load_json::<JobVerdict>(&p);
-        let _ = state::load_json::<NodeSnapshot>(&p);
-        let _ = state::load_json::<EccHistory>(&p);
-        let _ = state::load_json::<XidState>(&p);
+        let state = StateDir::open(&d.path().join("state"));
+        let f = StateFile::NodeSnapshot;
+        state.save_bytes(f, &bytes).unwrap();
+        let _ = state.load::<JobVerdict>(f);
+        let _ = state.load::<NodeSnapshot>(f);
+        let _ = state.load::<EccHistory>(f);
+        let _ = state.load::<XidState>(f);
+        let _ = state.load::<PendingDrain>(f);
     }
 
     #[test]
     fn truncated_verdicts_are_errors_not_panics(cut in 0usize..400) {
         let v = JobVerdict {
-            job_id: "42".into(),
+            job_id: JobId::from(42),
             node: "n1".into(),
             mode: gpu_health_core::verdict::Mode::Strict,
             written_at_ms: 1,
@@ -103,9 +107,10 @@ proptest! {
         };
         let full = serde_json::to_vec(&v).unwrap();
         let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("v.json");
-        std::fs::write(&p, &full[..cut.min(full.len())]).unwrap();
-        match state::load_json::<JobVerdict>(&p) {
+        let state = StateDir::open(&d.path().join("state"));
+        let f = StateFile::JobVerdict(JobId::from(42));
+        state.save_bytes(f, &full[..cut.min(full.len())]).unwrap();
+        match state.load::<JobVerdict>(f) {
             Ok(Some(back)) => prop_assert_eq!(back, v),
             Ok(None) => prop_assert!(false, "file exists"),
             Err(_) => prop_assert!(cut < full.len()),

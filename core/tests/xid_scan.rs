@@ -8,10 +8,50 @@ use std::path::{Path, PathBuf};
 
 use gpu_health_core::finding::{drain_reason, Action};
 use gpu_health_core::snapshot::{GpuSnapshot, NodeSnapshot};
+use gpu_health_core::state::{StateDir, StateError, StateFile};
 use gpu_health_core::xid::{
-    commit, read_since, scan, scan_source, Cursor, LogSource, MemoryRing, PolicyAction, XidConfig,
-    XidRule,
+    self, read_since, Cursor, LogSource, MemoryRing, PolicyAction, ScanOutcome, XidConfig, XidRule,
+    XidState,
 };
+
+/// The node's saved Xid state, as the run layer loads it from the state
+/// directory holding `cursor`: missing, corrupt or unsafe means a fresh
+/// start, with a note.
+fn saved(cursor: &Path) -> (XidState, Option<String>) {
+    let state = StateDir::open(cursor.parent().unwrap());
+    match state.load::<XidState>(StateFile::KernelLogCursor) {
+        Ok(s) => XidState::checked(s),
+        Err(e) => (XidState::fresh(), Some(format!("Xid cursor unusable: {e}"))),
+    }
+}
+
+fn scan_source(
+    source: LogSource<'_>,
+    cursor: &Path,
+    cfg: &XidConfig,
+    snap: &NodeSnapshot,
+    now_ms: u64,
+) -> ScanOutcome {
+    let (state, note) = saved(cursor);
+    let mut out = xid::scan_source(source, state, cfg, snap, now_ms);
+    out.notes.extend(note);
+    out
+}
+
+fn scan(
+    log: &Path,
+    cursor: &Path,
+    cfg: &XidConfig,
+    snap: &NodeSnapshot,
+    now_ms: u64,
+) -> ScanOutcome {
+    scan_source(LogSource::Path(log), cursor, cfg, snap, now_ms)
+}
+
+/// What a run does after acting: save the scan's state.
+fn commit(cursor: &Path, state: &XidState) -> Result<(), StateError> {
+    StateDir::open(cursor.parent().unwrap()).save(StateFile::KernelLogCursor, state)
+}
 
 /// 2026-11-29T14:30:00Z
 const NOW_MS: u64 = 1_795_962_600_000;
@@ -81,7 +121,7 @@ fn env() -> Env {
     std::fs::write(&cfg.uptime_path, "7200.00 14000.00\n").unwrap();
     Env {
         log: dir.path().join("kern.log"),
-        cursor: dir.path().join("xid-cursor.json"),
+        cursor: StateDir::open(&dir.path().join("state")).path_of(StateFile::KernelLogCursor),
         _dir: dir,
         cfg,
     }

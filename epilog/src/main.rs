@@ -3,10 +3,34 @@
 //! Writes the job's GPU record (energy, peak memory, health deltas) and
 //! drains the node after a fatal fault during the job. Always exits 0: a
 //! failing Epilog makes Slurm drain the node with a vague reason, and
-//! gpu-health drains with its own. Everything lives in
-//! gpu_health_core::records.
+//! gpu-health drains with its own. The run lives in gpu_health_core::run.
 
-use gpu_health_core::{config, gate, logging, records};
+use gpu_health_core::logging;
+use gpu_health_core::records::JobMeta;
+use gpu_health_core::run::{self, epilog, JobEnv, RunContext, StateAccess};
+
+fn main() {
+    logging::init("gpu-health-epilog", log::Level::Warn);
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--help" | "-h" => {
+                print!("{HELP}");
+                return;
+            }
+            "--version" => {
+                println!("gpu-health-epilog {}", env!("CARGO_PKG_VERSION"));
+                return;
+            }
+            other => log::warn!("ignoring unknown argument {other:?}"),
+        }
+    }
+    let env = |k: &str| std::env::var(k).ok();
+    run::guarded("gpu-health-epilog", (), || {
+        let ctx = RunContext::start(env, None, StateAccess::Write);
+        epilog::run(&ctx, &JobEnv::from_env(env), &JobMeta::from_env(env));
+    });
+    std::process::exit(0);
+}
 
 const HELP: &str = "\
 gpu-health-epilog: Slurm Epilog of gpu-health.
@@ -24,47 +48,3 @@ SLURM_JOB_UID, SLURM_JOB_PARTITION, SLURM_JOB_EXIT_CODE, GPU_HEALTH_CONFIG
 (configuration file; default gpu-health.toml beside $SLURM_CONF, else
 /etc/slurm/gpu-health.toml).
 ";
-
-fn main() {
-    logging::init("gpu-health-epilog", log::Level::Warn);
-    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
-        print!("{HELP}");
-        return;
-    }
-    if std::env::args().skip(1).any(|a| a == "--version") {
-        println!("gpu-health-epilog {}", env!("CARGO_PKG_VERSION"));
-        return;
-    }
-    // A panic must not become a non-zero exit (Slurm would drain the node
-    // with "Epilog error").
-    if std::panic::catch_unwind(run).is_err() {
-        log::error!("internal error in the epilog; no job record written");
-    }
-    std::process::exit(0);
-}
-
-fn run() {
-    let now_ms = gpu_health_core::time::unix_ms();
-    let env = |k: &str| std::env::var(k).ok();
-    let ctx = gate::JobContext::from_env(env, gate::hostname);
-    let meta = records::JobMeta::from_env(env);
-    let loaded = config::load_or_default(Some(&ctx.node));
-    let cfg = &loaded.config;
-    logging::set_target(&ctx.node, cfg.log_file.as_deref());
-    if let Some(e) = &loaded.error {
-        log::error!("configuration error, defaults in force, no drain in this run: {e}");
-    }
-    for n in &ctx.notes {
-        log::warn!("{n}");
-    }
-    let out = records::finish_job(cfg, loaded.error.is_none(), &ctx, &meta, now_ms);
-    if let (Some(r), Some(stored)) = (&out.record, &out.stored) {
-        log::info!(
-            "job {} on {}: {} GPU(s), {:.0} J, record {stored:?}",
-            r.job_id,
-            r.node,
-            r.gpus.len(),
-            r.gpus.iter().filter_map(|g| g.energy_j).sum::<f64>()
-        );
-    }
-}

@@ -136,10 +136,10 @@ fn brake_fails_safe_without_slurm_and_the_job_is_warned() {
         n.verdict("201")
     );
     assert!(has(&c, "brake", "warn"), "{c:?}");
-    assert!(n.path("state/held-back.json").is_file());
+    assert!(n.path("state/pending-drain.json").is_file());
 
-    // The GPU "recovers" in NVML, but the held-back finding stays until
-    // the node is drained or an admin clears it.
+    // The GPU "recovers" in NVML, but the pending finding stays until the
+    // node is drained or an admin clears it.
     n.sim.set_scenario("h100x8-healthy");
     let r = n.job("202", "0-7", "warn");
     assert_eq!(r.code, 0, "{}", r.log);
@@ -147,12 +147,7 @@ fn brake_fails_safe_without_slurm_and_the_job_is_warned() {
     assert!(has(&c, "ecc-uncorrected", "drain"), "{c:?}");
     assert!(has(&c, "brake", "warn"), "{c:?}");
     let v = n.verdict("202");
-    assert!(
-        v["findings"]
-            .to_string()
-            .contains("held back by the drain brake"),
-        "{v}"
-    );
+    assert!(v["findings"].to_string().contains("pending since"), "{v}");
 }
 
 #[test]

@@ -11,6 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{drain_reason, Node};
+use gpu_health_testkit::Scontrol;
 
 #[test]
 fn healthy_scenarios_pass_and_write_verdicts() {
@@ -123,6 +124,10 @@ fn growing_corrected_ecc_drains_with_history() {
 #[test]
 fn xid_in_kernel_log_drains_once() {
     let n = Node::new("h100x8-healthy");
+    let scontrol = n.scontrol(Scontrol::Works);
+    n.write_dropin(&format!(
+        "scontrol = {scontrol:?}\n[brake]\nenabled = false\n"
+    ));
     assert_eq!(n.prolog("109", "0").code, 0);
     std::fs::write(
         n.path("kernel.log"),
@@ -132,11 +137,13 @@ fn xid_in_kernel_log_drains_once() {
     let r = n.prolog("110", "0");
     assert_eq!(r.code, 1, "{}", r.log);
     assert_eq!(
-        drain_reason(&r).as_deref(),
+        n.drained_reason().as_deref(),
         Some("gpu-health: Xid 79 GPU3 0000:5d:00.0 pid=2210 (drain)")
     );
-    // The cursor moved: the same record is not judged again.
+    // Drained, then the cursor moved: the same record is not judged again
+    // and nothing is pending.
     assert_eq!(n.prolog("111", "0").code, 0);
+    assert!(!n.path("state/pending-drain.json").exists());
 }
 
 #[test]

@@ -35,7 +35,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     remote: None,
 });
 
-pub(crate) fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> R {
+fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> R {
     let mut guard = STATE.lock().unwrap_or_else(PoisonError::into_inner);
     f(&mut guard)
 }
@@ -147,7 +147,8 @@ pub extern "C" fn slurm_spank_init_post_opt(
         match ctx {
             Context::Local | Context::Allocator => local::check_submission(&values, &args),
             Context::Remote => {
-                remote::setup_step(&Spank::new(sp), &values, &args);
+                let setup = remote::setup_step(&Spank::new(sp), &values, &args);
+                with_state(|s| s.remote = Some(setup));
                 0
             }
             _ => 0,

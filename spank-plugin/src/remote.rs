@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use gpu_health_core::config::{self, Config};
 use gpu_health_core::fabric::nccl::derive_nccl_env;
 use gpu_health_core::fabric::read_fabric;
+use gpu_health_core::ids::{self, JobId, NodeName};
+use gpu_health_core::state::StateDir;
 use gpu_health_core::topology::check_node_groups;
 use gpu_health_core::verdict::Mode;
 
@@ -30,14 +32,16 @@ const FIRST_SPECIAL_STEP_ID: u32 = 0xffff_fff0;
 #[derive(Debug, Clone)]
 pub struct StepSetup {
     pub opts: JobOptions,
-    pub node: String,
+    pub node: NodeName,
+    /// The configuration's, `%n` expanded as for the prolog.
     pub state_dir: PathBuf,
-    pub job_id: Option<u32>,
+    pub job_id: Option<JobId>,
     pub step_id: Option<u32>,
 }
 
-/// init_post_opt in slurmstepd. Never fails.
-pub fn setup_step(spank: &Spank, values: &OptionValues, args: &PluginArgs) {
+/// init_post_opt in slurmstepd. Never fails; the caller keeps what it
+/// returns for the task callbacks.
+pub fn setup_step(spank: &Spank, values: &OptionValues, args: &PluginArgs) -> StepSetup {
     let (opts, notes) = read_lenient(values, args);
     for n in notes {
         spank::error(&format!("gpu-health: {n}"));
@@ -54,40 +58,41 @@ pub fn setup_step(spank: &Spank, values: &OptionValues, args: &PluginArgs) {
         env.set("NCCL_DEBUG", level);
     }
     env.finish();
-    let setup = StepSetup {
+    StepSetup {
         opts,
         node,
         state_dir: config.state_dir,
-        job_id: spank.job_id(),
+        job_id: spank.job_id().map(JobId::from),
         step_id: spank.step_id(),
-    };
-    crate::hooks::with_state(|s| s.remote = Some(setup));
-}
-
-/// The Slurm node name: slurmd's own SLURMD_NODENAME (slurmd sets it in
-/// its environment; slurmstepd inherits it; several slurmd may share a
-/// host), else the job's, else the short host name. The job's comes
-/// second: in a batch job it is the batch node's, exported to every step.
-fn node_name(spank: &Spank) -> String {
-    std::env::var("SLURMD_NODENAME")
-        .ok()
-        .filter(|n| !n.is_empty())
-        .or_else(|| spank.getenv("SLURMD_NODENAME"))
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(gpu_health_core::gate::hostname)
-}
-
-fn load_config(args: &PluginArgs, node: &str) -> Config {
-    let path = args.config.clone().unwrap_or_else(config::config_path);
-    match config::load(&path, Some(node)) {
-        Ok(c) => c,
-        Err(e) => {
-            spank::error(&format!(
-                "gpu-health: configuration error, using defaults: {e}"
-            ));
-            Config::default()
-        }
     }
+}
+
+/// The Slurm node name, by the core's one rule: slurmd's own
+/// SLURMD_NODENAME (slurmd sets it in its environment; slurmstepd inherits
+/// it; several slurmd may share a host), else the job's, else the short
+/// host name. The job's comes second: in a batch job it is the batch
+/// node's, exported to every step.
+fn node_name(spank: &Spank) -> NodeName {
+    let (node, note) = ids::this_node(|k| {
+        std::env::var(k)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .or_else(|| spank.getenv(k))
+    });
+    if let Some(n) = note {
+        spank::error(&format!("gpu-health: {n}"));
+    }
+    node
+}
+
+/// The same loader as the prolog's (drop-in, `%n`), so both find the
+/// same state directory.
+fn load_config(args: &PluginArgs, node: &NodeName) -> Config {
+    let loaded = config::load_for_node(args.config.as_deref(), node);
+    if let Some(line) = loaded.error_line() {
+        spank::error(&line);
+    }
+    loaded.config
 }
 
 fn set_nccl_env(env: &mut EnvWriter, sysfs_root: &Path, args: &PluginArgs) {
@@ -195,17 +200,19 @@ pub fn check_task(spank: &Spank, setup: &StepSetup) -> c_int {
         return 0;
     };
     let first_task = spank.task_id() == Some(0);
-    let verdict = read_verdict(&setup.state_dir, job_id);
-    let mut report = health_report(mode, &setup.node, job_id, &verdict);
+    let state = StateDir::open_existing(&setup.state_dir);
+    let verdict = read_verdict(&state, job_id);
+    let node = setup.node.as_str();
+    let mut report = health_report(mode, node, job_id, &verdict);
 
     let regular_step = setup.step_id.is_some_and(|s| s < FIRST_SPECIAL_STEP_ID);
     if let (Some(tp), true) = (setup.opts.tp_size, regular_step) {
         match global_ranks(spank) {
             Some(ranks) => {
                 let gpus = job_gpus(&verdict, |k| spank.getenv(k));
-                let links = read_topology(&setup.state_dir);
+                let links = read_topology(&state);
                 let violations = check_node_groups(&ranks, tp, &gpus, links.as_deref());
-                report.merge(tp_report(mode, &setup.node, tp, &violations));
+                report.merge(tp_report(mode, node, tp, &violations));
             }
             None => {
                 spank::verbose("gpu-health: local-to-global rank map unavailable; TP check skipped")

@@ -1,10 +1,11 @@
 //! What a step hears at launch: the prolog's verdict and the TP placement,
-//! judged by the job's mode. Pure apart from reading the state files.
-
-use std::path::Path;
+//! judged by the job's mode. Pure apart from reading the state files
+//! (through the core's state module, as every other reader).
 
 use gpu_health_core::finding::Action;
+use gpu_health_core::ids::JobId;
 use gpu_health_core::snapshot::{GpuLink, NodeSnapshot};
+use gpu_health_core::state::{StateDir, StateFile};
 use gpu_health_core::topology::TpViolation;
 use gpu_health_core::verdict::{job_findings, JobVerdict, Mode};
 
@@ -19,24 +20,28 @@ pub enum VerdictRead {
     Unreadable(String),
 }
 
-/// `<state_dir>/jobs/<job_id>.json`, written by the prolog.
-pub fn read_verdict(state_dir: &Path, job_id: u32) -> VerdictRead {
-    let path = state_dir.join("jobs").join(format!("{job_id}.json"));
-    match std::fs::read(&path) {
-        Ok(bytes) => match serde_json::from_slice::<JobVerdict>(&bytes) {
-            Ok(v) => VerdictRead::Found(v),
-            Err(e) => VerdictRead::Unreadable(format!("{}: {e}", path.display())),
-        },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => VerdictRead::Missing,
-        Err(e) => VerdictRead::Unreadable(format!("{}: {e}", path.display())),
+/// The prolog's verdict on the job, read through the state module (no
+/// symlink, regular file, size cap, trusted owner: a planted FIFO or a
+/// link to /dev/zero is an unreadable verdict, never a hang).
+pub fn read_verdict(state: &StateDir, job_id: JobId) -> VerdictRead {
+    if let Some(why) = state.problem() {
+        return VerdictRead::Unreadable(format!(
+            "state directory {} unusable: {why}",
+            state.root().display()
+        ));
+    }
+    match state.load::<JobVerdict>(StateFile::JobVerdict(job_id)) {
+        Ok(Some(v)) => VerdictRead::Found(v),
+        Ok(None) => VerdictRead::Missing,
+        Err(e) => VerdictRead::Unreadable(e.to_string()),
     }
 }
 
-/// The GPU link matrix of `<state_dir>/node-snapshot.json`, if any.
-pub fn read_topology(state_dir: &Path) -> Option<Vec<Vec<GpuLink>>> {
-    let bytes = std::fs::read(state_dir.join("node-snapshot.json")).ok()?;
-    serde_json::from_slice::<NodeSnapshot>(&bytes)
-        .ok()?
+/// The GPU link matrix of the latest node snapshot, if any.
+pub fn read_topology(state: &StateDir) -> Option<Vec<Vec<GpuLink>>> {
+    state
+        .load::<NodeSnapshot>(StateFile::NodeSnapshot)
+        .ok()??
         .topology
 }
 
@@ -84,7 +89,7 @@ impl StepReport {
 }
 
 /// The prolog's findings on the job's GPUs under `mode`.
-pub fn health_report(mode: Mode, node: &str, job_id: u32, verdict: &VerdictRead) -> StepReport {
+pub fn health_report(mode: Mode, node: &str, job_id: JobId, verdict: &VerdictRead) -> StepReport {
     let mut report = StepReport::default();
     if mode == Mode::Off {
         return report;

@@ -81,6 +81,76 @@ impl SimNode {
     }
 }
 
+/// How a stand-in scontrol behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scontrol {
+    /// Answers like a slurmctld with one node, `n1`, in partition `gpu`:
+    /// `show node` lists it, `update ... State=DRAIN|RESUME` changes it.
+    Works,
+    /// Exits 1 with a message, as when slurmctld is down.
+    Fails,
+    /// Never answers (the run's time budget must end it).
+    Hangs,
+}
+
+impl SimNode {
+    /// An executable shell script `name` in the node's directory.
+    pub fn script(&self, name: &str, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = self.path(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).expect("write script");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        p
+    }
+
+    /// A stand-in scontrol for the failure paths that need no real Slurm
+    /// (the end-to-end tests use a real one). Every call is appended to
+    /// `scontrol.calls`; the drain reason is kept in `scontrol.reason`.
+    pub fn scontrol(&self, how: Scontrol) -> PathBuf {
+        let dir = self.dir.path().display().to_string();
+        let body = match how {
+            Scontrol::Works => format!(
+                r#"echo "$*" >> "{dir}/scontrol.calls"
+case "$1 $2" in
+"show node")
+    if [ -f "{dir}/scontrol.reason" ]; then
+        echo "NodeName=n1 Arch=x86_64 State=IDLE+DRAIN Partitions=gpu Reason=$(cat "{dir}/scontrol.reason") [root@2026-12-01T00:00:00]"
+    else
+        echo "NodeName=n1 Arch=x86_64 State=IDLE Partitions=gpu"
+    fi
+    exit 0 ;;
+"update NodeName=n1")
+    case "$3" in
+    State=DRAIN) printf '%s' "${{4#Reason=}}" > "{dir}/scontrol.reason" ;;
+    State=RESUME) rm -f "{dir}/scontrol.reason" ;;
+    esac
+    exit 0 ;;
+esac
+exit 1"#
+            ),
+            Scontrol::Fails => format!(
+                "echo \"$*\" >> \"{dir}/scontrol.calls\"\necho 'slurm_load_node error: Unable to contact slurm controller' >&2\nexit 1"
+            ),
+            Scontrol::Hangs => format!("echo \"$*\" >> \"{dir}/scontrol.calls\"\nexec sleep 30"),
+        };
+        self.script("scontrol", &body)
+    }
+
+    /// The drain reason the stand-in scontrol holds, if drained.
+    pub fn drained_reason(&self) -> Option<String> {
+        std::fs::read_to_string(self.path("scontrol.reason")).ok()
+    }
+
+    /// The calls the stand-in scontrol got.
+    pub fn scontrol_calls(&self) -> Vec<String> {
+        std::fs::read_to_string(self.path("scontrol.calls"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
 /// Run a command to its end: exit code (-1 when killed), stdout, stderr.
 pub fn output(cmd: &mut Command) -> (i32, String, String) {
     let out = cmd.output().expect("run the command");

@@ -11,80 +11,33 @@
 //! - "resource in use", no host engine, an unparsable answer or a
 //!   time-out are not GPU faults: `info` (time-out: `warn`), never a drain.
 
-use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::config::DcgmConfig;
 use crate::finding::{Action, Finding};
+use crate::process::{self, RunError};
 
-/// `[dcgm]` in gpu-health.toml.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DcgmConfig {
-    pub enabled: bool,
-    /// `dcgmi`, searched on PATH (and the usual system directories:
-    /// HealthCheckProgram runs without PATH), or an absolute path.
-    pub dcgmi: PathBuf,
-    /// `dcgmi diag -r` level (1 takes seconds; 2 about two minutes).
-    pub level: u8,
-    /// The diag is killed after this long.
-    pub timeout_ms: u64,
-    /// Run in the prolog of `--gpu-health=strict` jobs.
-    pub strict_jobs: bool,
-    /// Run before a node returns to service (automatic or `resume`).
-    pub before_return: bool,
-}
-
-impl Default for DcgmConfig {
-    fn default() -> Self {
-        DcgmConfig {
-            enabled: true,
-            dcgmi: PathBuf::from("dcgmi"),
-            level: 1,
-            timeout_ms: 30_000,
-            strict_jobs: true,
-            before_return: true,
-        }
-    }
-}
-
-impl DcgmConfig {
-    pub fn validate(&self) -> Result<(), String> {
-        if !(1..=4).contains(&self.level) {
-            return Err(format!("dcgm.level = {} is outside 1..=4", self.level));
-        }
-        if self.timeout_ms == 0 || self.timeout_ms > 600_000 {
-            return Err(format!(
-                "dcgm.timeout_ms = {} is outside 1..=600000",
-                self.timeout_ms
-            ));
-        }
-        Ok(())
-    }
-
-    /// The dcgmi to run, or `None` when it is not installed (or disabled).
-    pub fn resolve(&self) -> Option<PathBuf> {
-        if !self.enabled {
-            return None;
-        }
-        if self.dcgmi.components().count() > 1 {
-            return is_executable(&self.dcgmi).then(|| self.dcgmi.clone());
-        }
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        std::env::split_paths(&path)
-            .chain(SYSTEM_DIRS.iter().map(PathBuf::from))
-            .filter(|d| d.is_absolute())
-            .map(|d| d.join(&self.dcgmi))
-            .find(|p| is_executable(p))
-    }
-}
-
+/// Where dcgmi may be besides PATH (HealthCheckProgram runs without PATH).
 const SYSTEM_DIRS: &[&str] = &["/usr/bin", "/usr/sbin", "/usr/local/bin", "/bin", "/sbin"];
+
+/// The dcgmi to run, or `None` when it is not installed (or disabled).
+pub fn resolve(cfg: &DcgmConfig) -> Option<PathBuf> {
+    if !cfg.enabled {
+        return None;
+    }
+    if cfg.dcgmi.components().count() > 1 {
+        return is_executable(&cfg.dcgmi).then(|| cfg.dcgmi.clone());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(SYSTEM_DIRS.iter().map(PathBuf::from))
+        .filter(|d| d.is_absolute())
+        .map(|d| d.join(&cfg.dcgmi))
+        .find(|p| is_executable(p))
+}
 
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
@@ -146,7 +99,7 @@ impl DcgmOutcome {
 
 /// Run the diag on `gpus` (all GPUs when empty).
 pub fn run_diag(cfg: &DcgmConfig, gpus: &[u32]) -> DcgmOutcome {
-    let Some(dcgmi) = cfg.resolve() else {
+    let Some(dcgmi) = resolve(cfg) else {
         return DcgmOutcome::NotInstalled;
     };
     let level = cfg.level.to_string();
@@ -161,7 +114,7 @@ pub fn run_diag(cfg: &DcgmConfig, gpus: &[u32]) -> DcgmOutcome {
     }
     let timeout = Duration::from_millis(cfg.timeout_ms);
     let t0 = Instant::now();
-    let out = run_bounded(&dcgmi, &args, timeout);
+    let out = process::run(&dcgmi, &args, timeout, MAX_OUTPUT);
     log::info!(
         "{} {} finished in {} ms",
         dcgmi.display(),
@@ -169,19 +122,15 @@ pub fn run_diag(cfg: &DcgmConfig, gpus: &[u32]) -> DcgmOutcome {
         t0.elapsed().as_millis()
     );
     match out {
-        Bounded::SpawnFailed(e) => DcgmOutcome::Unavailable {
-            why: format!("cannot run {}: {e}", dcgmi.display()),
+        Err(RunError::Spawn { source, .. }) => DcgmOutcome::Unavailable {
+            why: format!("cannot run {}: {source}", dcgmi.display()),
             timed_out: false,
         },
-        Bounded::TimedOut => DcgmOutcome::Unavailable {
+        Err(RunError::Timeout { .. }) => DcgmOutcome::Unavailable {
             why: format!("no answer within {} ms (killed)", cfg.timeout_ms),
             timed_out: true,
         },
-        Bounded::Exited {
-            code,
-            stdout,
-            stderr,
-        } => interpret(code, &stdout, &stderr),
+        Ok(done) => interpret(done.status.code(), &done.stdout, &done.stderr),
     }
 }
 
@@ -421,88 +370,8 @@ fn judge(results: &[TestResult]) -> DcgmOutcome {
     DcgmOutcome::Failed(findings)
 }
 
-/// How a bounded child ended.
-enum Bounded {
-    Exited {
-        code: Option<i32>,
-        stdout: String,
-        stderr: String,
-    },
-    TimedOut,
-    SpawnFailed(std::io::Error),
-}
-
 /// Largest output kept from dcgmi.
-const MAX_OUTPUT: u64 = 4 << 20;
-
-/// Run without a shell, stdin closed, in its own process group that is
-/// killed as a whole at the deadline (dcgmi's children and a stand-in
-/// script's `sleep` go too, so no pipe stays open).
-fn run_bounded(program: &Path, args: &[&str], timeout: Duration) -> Bounded {
-    let mut child = match Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-    {
-        Ok(c) => c,
-        Err(e) => return Bounded::SpawnFailed(e),
-    };
-    let reader = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(p) = pipe {
-                let _ = p.take(MAX_OUTPUT).read_to_end(&mut buf);
-            }
-            String::from_utf8_lossy(&buf).into_owned()
-        })
-    };
-    let out = reader(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let err = reader(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let end = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if Instant::now() >= end => break None,
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(_) => break None,
-        }
-    };
-    let pgid = child.id() as libc::pid_t;
-    match status {
-        None => {
-            // SAFETY: kill has no memory preconditions; the group is the
-            // child's own (process_group(0)).
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
-            let _ = child.wait();
-            // Readers end once every holder of the pipes is dead; they
-            // are not waited for.
-            Bounded::TimedOut
-        }
-        Some(s) => {
-            // Leftover grandchildren holding the pipes are killed too.
-            // SAFETY: as above.
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
-            Bounded::Exited {
-                code: s.code(),
-                stdout: out.join().unwrap_or_default(),
-                stderr: err.join().unwrap_or_default(),
-            }
-        }
-    }
-}
+const MAX_OUTPUT: usize = 4 << 20;
 
 #[cfg(test)]
 mod tests;

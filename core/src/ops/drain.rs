@@ -2,15 +2,16 @@
 //! Every drain of gpu-health (prolog, health check, epilog) goes through
 //! [`drain_guarded`]; every resume through [`resume_own`].
 
-use std::path::Path;
 use std::time::Duration;
 
-use crate::config::Config;
+use crate::config::BrakeConfig;
 use crate::finding::is_own_reason;
-use crate::slurm::{run_with_timeout, Scontrol, SlurmError};
+use crate::ids::NodeName;
+use crate::slurm::{NodeInfo, Scontrol, SlurmError};
+use crate::state::StateDir;
 
-use super::brake::{self, BrakeNode, BrakeVerdict};
-use super::drain_state::{self, reason_kind, DrainRecord};
+use super::brake::{self, BrakeVerdict};
+use super::drain_record;
 
 /// What became of a drain.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,130 +21,126 @@ pub enum DrainOutcome {
     HeldBack(String),
     /// The node is already drained with someone else's reason: untouched.
     Foreign(String),
-    /// scontrol failed.
+    /// scontrol failed or timed out.
     Failed(String),
 }
 
-pub fn scontrol(cfg: &Config) -> Scontrol<'_> {
-    Scontrol {
-        program: Path::new(&cfg.scontrol),
-        timeout: Duration::from_millis(cfg.scontrol_timeout_ms),
-    }
+/// What a drain needs: the brake's settings, the run's scontrol (with its
+/// time budget) and the state directory for the drain record.
+pub struct Drainer<'a> {
+    pub brake: &'a BrakeConfig,
+    pub slurm: &'a Scontrol<'a>,
+    pub state: &'a StateDir,
 }
 
-/// `scontrol show node -o` for all nodes, with reason time stamps.
-pub fn query_nodes(cfg: &Config) -> Result<Vec<BrakeNode>, SlurmError> {
-    let out = run_with_timeout(
-        Path::new(&cfg.scontrol),
-        &["show", "node", "-o"],
-        Duration::from_millis(cfg.scontrol_timeout_ms),
-    )?;
-    Ok(brake::parse_nodes(&out))
-}
+/// Left of the budget after the settle wait, for the confirming query and
+/// a possible undo; a drain that could not be confirmed is not made.
+const CONFIRM_RESERVE: Duration = Duration::from_millis(400);
 
-/// Drain `node` with `reason` (one of gpu-health's), unless the brake
-/// says no or the node is drained by someone else. On success the drain
-/// is recorded in `<state_dir>/drain.json`.
-pub fn drain_guarded(cfg: &Config, node: &str, reason: &str, now_ms: u64) -> DrainOutcome {
-    let nodes = match query_nodes(cfg) {
-        Ok(n) => Some(n),
-        Err(e) if cfg.brake.enabled => {
-            let why = format!(
-                "drain brake: cannot count drained nodes ({e}); not draining (fail safe), would have drained: {reason}"
+impl Drainer<'_> {
+    /// Drain `node` with `reason` (one of gpu-health's), unless the brake
+    /// says no or the node is drained by someone else. On success the
+    /// drain is recorded (`StateFile::DrainRecord`).
+    pub fn drain_guarded(&self, node: &NodeName, reason: &str, now_ms: u64) -> DrainOutcome {
+        let nodes = match self.slurm.show_nodes(None) {
+            Ok(n) => Some(n),
+            Err(e) if self.brake.enabled => {
+                return held(format!(
+                    "drain brake: cannot count drained nodes ({e}); not draining (fail safe), would have drained: {reason}"
+                ));
+            }
+            Err(e) => {
+                log::warn!("cannot query Slurm before draining (brake off): {e}");
+                None
+            }
+        };
+        let current = nodes
+            .as_deref()
+            .and_then(|ns| ns.iter().find(|n| n.name == node.as_str()))
+            .filter(|n| n.is_drained())
+            .and_then(|n| n.reason.clone());
+        if let Some(r) = &current {
+            if !is_own_reason(r) {
+                let why = format!(
+                    "{node} is already drained by someone else ({:?}); not touching it, would have drained: {reason}",
+                    crate::text::printable(r)
+                );
+                log::error!("{why}");
+                return DrainOutcome::Foreign(why);
+            }
+        }
+        let already_ours = current.is_some();
+        let brake_applies = self.brake.enabled && !already_ours;
+        if brake_applies {
+            if let BrakeVerdict::Hold(why) =
+                brake::pre_check(self.brake, nodes.as_deref().unwrap_or(&[]), node.as_str())
+            {
+                return held(format!("{why}; would have drained: {reason}"));
+            }
+            let needed =
+                settle_wait(crate::time::unix_ms(), self.brake.settle_ms) + CONFIRM_RESERVE;
+            let left = self.slurm.remaining();
+            if left < needed {
+                return held(format!(
+                    "drain brake: {} ms of the Slurm time budget left, {} ms needed to confirm a drain \
+                     (raise scontrol_timeout_ms on a slow controller); not draining, would have drained: {reason}",
+                    left.as_millis(),
+                    needed.as_millis()
+                ));
+            }
+        }
+        if current.as_deref() != Some(reason) {
+            if let Err(e) = self.slurm.drain(node, reason) {
+                let why = format!("could not drain {node} ({reason}): {e}");
+                log::error!("{why}");
+                return DrainOutcome::Failed(why);
+            }
+            log::error!("drained {node}: {reason}");
+        }
+        if let Err(e) = drain_record::record_drain(self.state, node, reason, now_ms) {
+            log::error!(
+                "cannot record the drain (the automatic return will start its quiet time later): {e}"
             );
-            log::error!("{why}");
-            return DrainOutcome::HeldBack(why);
         }
-        Err(e) => {
-            log::warn!("cannot query Slurm before draining (brake off): {e}");
-            None
+        if brake_applies {
+            if let Some(why) = self.confirm(node) {
+                return DrainOutcome::HeldBack(why);
+            }
         }
-    };
-    let me = nodes
-        .as_deref()
-        .and_then(|ns| ns.iter().find(|n| n.info.name == node));
-    let current = me
-        .filter(|n| n.info.is_drained())
-        .and_then(|n| n.info.reason.clone());
-    if let Some(r) = &current {
-        if !is_own_reason(r) {
-            let why = format!("{node} is already drained by someone else ({r:?}); not touching it, would have drained: {reason}");
-            log::error!("{why}");
-            return DrainOutcome::Foreign(why);
-        }
+        DrainOutcome::Drained
     }
-    let already_ours = current.is_some();
-    if cfg.brake.enabled && !already_ours {
-        if let BrakeVerdict::Hold(why) =
-            brake::pre_check(&cfg.brake, nodes.as_deref().unwrap_or(&[]), node)
-        {
-            let why = format!("{why}; would have drained: {reason}");
-            log::error!("{why}");
-            return DrainOutcome::HeldBack(why);
-        }
-    }
-    if current.as_deref() != Some(reason) {
-        if let Err(e) = scontrol(cfg).drain(node, reason) {
-            let why = format!("could not drain {node} ({reason}): {e}");
-            log::error!("{why}");
-            return DrainOutcome::Failed(why);
-        }
-        log::error!("drained {node}: {reason}");
-    }
-    record_drain(cfg, node, reason, now_ms);
-    if cfg.brake.enabled && !already_ours {
-        if let Some(why) = confirm(cfg, node) {
-            return DrainOutcome::HeldBack(why);
-        }
-    }
-    DrainOutcome::Drained
-}
 
-/// Save or refresh `drain.json`: a new drain starts a record, a repeated
-/// one keeps the drain time and moves the last fault.
-fn record_drain(cfg: &Config, node: &str, reason: &str, now_ms: u64) {
-    let Some(kind) = reason_kind(reason) else {
-        return;
-    };
-    let rec = match drain_state::load_drain_record(&cfg.state_dir) {
-        Ok(Some(mut old)) if old.node == node => {
-            old.reason = reason.to_string();
-            old.kind = old.kind.max(kind);
-            old.last_fault_ms = now_ms;
-            old
-        }
-        _ => DrainRecord::new(node, reason, kind, now_ms),
-    };
-    if let Err(e) = drain_state::save_drain_record(&cfg.state_dir, &rec) {
-        log::error!(
-            "cannot record the drain (the automatic return will start its quiet time later): {e}"
-        );
-    }
-}
-
-/// The brake's second look, once the second of our drain is over (plus
-/// `settle_ms`): undo our drain when nodes drained at the same moment came
-/// first.
-fn confirm(cfg: &Config, node: &str) -> Option<String> {
-    std::thread::sleep(settle_wait(crate::time::unix_ms(), cfg.brake.settle_ms));
-    let nodes = match query_nodes(cfg) {
-        Ok(n) => n,
-        Err(e) => {
-            log::warn!("drain brake: confirming query failed ({e}); keeping the drain");
+    /// The brake's second look, once the second of our drain is over (plus
+    /// `settle_ms`): undo our drain when nodes drained at the same moment
+    /// came first.
+    fn confirm(&self, node: &NodeName) -> Option<String> {
+        let wait = settle_wait(crate::time::unix_ms(), self.brake.settle_ms)
+            .min(self.slurm.remaining().saturating_sub(CONFIRM_RESERVE));
+        std::thread::sleep(wait);
+        let nodes: Vec<NodeInfo> = match self.slurm.show_nodes(None) {
+            Ok(n) => n,
+            Err(e) => {
+                log::warn!("drain brake: confirming query failed ({e}); keeping the drain");
+                return None;
+            }
+        };
+        let BrakeVerdict::Hold(why) = brake::post_check(self.brake, &nodes, node.as_str()) else {
             return None;
-        }
-    };
-    let BrakeVerdict::Hold(why) = brake::post_check(&cfg.brake, &nodes, node) else {
-        return None;
-    };
-    log::error!("{why}");
-    match resume_own(cfg, node) {
-        Ok(()) => Some(why),
-        Err(e) => {
-            log::error!("drain brake: could not undo the drain of {node}: {e}");
-            None
+        };
+        log::error!("{why}");
+        match resume_own(self.slurm, self.state, node) {
+            Ok(()) => Some(why),
+            Err(e) => {
+                log::error!("drain brake: could not undo the drain of {node}: {e}");
+                None
+            }
         }
     }
+}
+
+fn held(why: String) -> DrainOutcome {
+    log::error!("{why}");
+    DrainOutcome::HeldBack(why)
 }
 
 /// From `now_ms` to the next full second plus `settle_ms`.
@@ -153,9 +150,13 @@ fn settle_wait(now_ms: u64, settle_ms: u64) -> Duration {
 
 /// Resume `node` and forget its drain record. The caller has checked that
 /// the node's reason is gpu-health's.
-pub fn resume_own(cfg: &Config, node: &str) -> Result<(), SlurmError> {
-    scontrol(cfg).resume(node)?;
-    drain_state::clear_drain_record(&cfg.state_dir);
+pub fn resume_own(
+    slurm: &Scontrol<'_>,
+    state: &StateDir,
+    node: &NodeName,
+) -> Result<(), SlurmError> {
+    slurm.resume(node)?;
+    drain_record::clear(state);
     log::warn!("resumed {node}");
     Ok(())
 }

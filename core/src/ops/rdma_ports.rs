@@ -2,79 +2,9 @@
 //! LinkUp at its expected rate. A multi-node job on a node with a dead
 //! rail hangs in NCCL, so a port down or below rate is a finding.
 
-use serde::{Deserialize, Serialize};
-
+use crate::config::{parse_port_name, PortAction, RdmaConfig};
 use crate::fabric::{Fabric, RdmaPort};
 use crate::finding::{Action, Finding};
-
-/// What a bad port does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PortAction {
-    Warn,
-    Drain,
-    DrainUntilClean,
-}
-
-impl PortAction {
-    fn action(self) -> Action {
-        match self {
-            PortAction::Warn => Action::Warn,
-            PortAction::Drain => Action::Drain,
-            PortAction::DrainUntilClean => Action::DrainUntilClean,
-        }
-    }
-}
-
-/// `[rdma]` in gpu-health.toml. Nothing expected (the default) = no check.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RdmaConfig {
-    /// Ports by name, `device:port` (e.g. `mlx5_0:1`).
-    pub expected_ports: Vec<String>,
-    /// Or: this many ports must be ACTIVE/LinkUp (any names).
-    pub expected_count: Option<u32>,
-    /// Slowest acceptable rate of an expected port, in Gb/s.
-    pub expected_rate_gbps: Option<f64>,
-    /// `warn` (default), `drain` or `drain-until-clean`.
-    pub action: Option<PortAction>,
-}
-
-impl RdmaConfig {
-    pub fn is_active(&self) -> bool {
-        !self.expected_ports.is_empty() || self.expected_count.is_some_and(|n| n > 0)
-    }
-
-    pub fn validate(&self) -> Result<(), String> {
-        for p in &self.expected_ports {
-            if parse_port_name(p).is_none() {
-                return Err(format!(
-                    "rdma.expected_ports: {p:?} is not device:port (e.g. mlx5_0:1)"
-                ));
-            }
-        }
-        if self.expected_count.is_some_and(|n| n > 64) {
-            return Err("rdma.expected_count is above 64".into());
-        }
-        if let Some(r) = self.expected_rate_gbps {
-            if !(r.is_finite() && r > 0.0 && r <= 10_000.0) {
-                return Err(format!(
-                    "rdma.expected_rate_gbps = {r} is outside (0, 10000]"
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-fn parse_port_name(s: &str) -> Option<(&str, u32)> {
-    let (dev, port) = s.rsplit_once(':')?;
-    let ok = !dev.is_empty()
-        && dev
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
-    Some((dev, port.parse().ok()?)).filter(|_| ok)
-}
 
 /// Why a port is not usable, or `None` when it is.
 fn port_problem(p: &RdmaPort, min_rate: Option<f64>) -> Option<String> {

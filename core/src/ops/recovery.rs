@@ -4,47 +4,11 @@
 //! [`auto_return`] for `drain-until-clean` drains, `gpu-health resume`
 //! calls [`clean_now`] for any of gpu-health's own drains.
 
-use serde::{Deserialize, Serialize};
-
+use crate::config::RecoveryConfig;
 use crate::finding::{is_own_reason, reason_clears_itself, Finding};
 use crate::snapshot::NodeSnapshot;
 
-use super::drain_state::DrainRecord;
-
-/// `[recovery]` in gpu-health.toml.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RecoveryConfig {
-    /// Return `drain-until-clean` drains by themselves (health check).
-    pub auto_return: bool,
-    /// Seconds without a draining fault before such a node returns.
-    pub quiet_time_s: u64,
-}
-
-impl Default for RecoveryConfig {
-    fn default() -> Self {
-        RecoveryConfig {
-            auto_return: true,
-            quiet_time_s: 600,
-        }
-    }
-}
-
-impl RecoveryConfig {
-    pub fn validate(&self) -> Result<(), String> {
-        if self.quiet_time_s > 7 * 24 * 3600 {
-            return Err(format!(
-                "recovery.quiet_time_s = {} is more than a week",
-                self.quiet_time_s
-            ));
-        }
-        Ok(())
-    }
-
-    pub fn quiet_ms(&self) -> u64 {
-        self.quiet_time_s.saturating_mul(1000)
-    }
-}
+use super::drain_record::DrainRecord;
 
 /// Whether the node is clean right now: every reason to refuse, or none.
 ///
@@ -151,7 +115,8 @@ mod tests {
     }
 
     fn rec(at: u64) -> DrainRecord {
-        DrainRecord::new("n1", UNTIL, Action::DrainUntilClean, at)
+        let n1 = crate::ids::NodeName::parse("n1").unwrap();
+        DrainRecord::new(&n1, UNTIL, Action::DrainUntilClean, at)
     }
 
     #[test]

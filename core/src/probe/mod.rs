@@ -77,12 +77,12 @@ fn fork_probe(
     drop(write_end);
     let outcome = read_with_deadline(read_end, deadline);
     match outcome {
-        ReadOutcome::Done(bytes) => {
+        PipeRead::Done(bytes) => {
             reap(pid, Duration::from_millis(200));
             serde_json::from_slice(&bytes)
                 .map_err(|e| crashed(format!("bad snapshot from probe: {e}")))
         }
-        ReadOutcome::TimedOut => {
+        PipeRead::TimedOut => {
             // SAFETY: pid is our child.
             unsafe { libc::kill(pid, libc::SIGKILL) };
             reap(pid, Duration::from_millis(20));
@@ -90,7 +90,7 @@ fn fork_probe(
                 deadline_ms: deadline.as_millis() as u64,
             })
         }
-        ReadOutcome::Failed(e) => {
+        PipeRead::Failed(e) => {
             // SAFETY: pid is our child.
             unsafe { libc::kill(pid, libc::SIGKILL) };
             reap(pid, Duration::from_millis(20));
@@ -121,13 +121,13 @@ fn child_main(library: Option<&Path>, opts: ProbeOptions, out: OwnedFd) -> ! {
     unsafe { libc::_exit(if ok { 0 } else { 1 }) }
 }
 
-enum ReadOutcome {
+enum PipeRead {
     Done(Vec<u8>),
     TimedOut,
     Failed(String),
 }
 
-fn read_with_deadline(fd: OwnedFd, deadline: Duration) -> ReadOutcome {
+fn read_with_deadline(fd: OwnedFd, deadline: Duration) -> PipeRead {
     use std::os::fd::AsRawFd;
     let end = Instant::now() + deadline;
     let mut file = std::fs::File::from(fd);
@@ -136,7 +136,7 @@ fn read_with_deadline(fd: OwnedFd, deadline: Duration) -> ReadOutcome {
     loop {
         let left = end.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return ReadOutcome::TimedOut;
+            return PipeRead::TimedOut;
         }
         let mut pfd = libc::pollfd {
             fd: file.as_raw_fd(),
@@ -151,21 +151,21 @@ fn read_with_deadline(fd: OwnedFd, deadline: Duration) -> ReadOutcome {
             if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return ReadOutcome::Failed(format!("poll: {e}"));
+            return PipeRead::Failed(format!("poll: {e}"));
         }
         if n == 0 {
-            return ReadOutcome::TimedOut;
+            return PipeRead::TimedOut;
         }
         match file.read(&mut chunk) {
-            Ok(0) => return ReadOutcome::Done(buf),
+            Ok(0) => return PipeRead::Done(buf),
             Ok(k) => {
                 buf.extend_from_slice(&chunk[..k]);
                 if buf.len() as u64 > MAX_SNAPSHOT_BYTES {
-                    return ReadOutcome::Failed("snapshot too large".into());
+                    return PipeRead::Failed("snapshot too large".into());
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return ReadOutcome::Failed(format!("read: {e}")),
+            Err(e) => return PipeRead::Failed(format!("read: {e}")),
         }
     }
 }

@@ -82,7 +82,9 @@ pub fn probe_in_process(library: Option<&Path>, opts: ProbeOptions) -> NodeSnaps
         }
     };
     let mut devices = Vec::new();
-    for index in 0..count {
+    // A library that claims more devices than a node can hold is broken;
+    // the count check reports the difference.
+    for index in 0..count.min(crate::snapshot::MAX_GPUS as u32) {
         match nvml.device_by_index(index) {
             Ok(dev) => {
                 let mut mdev = dev;

@@ -2,6 +2,7 @@
 //! memory, and the findings that drain the node after a job.
 
 use crate::finding::{Action, Finding};
+use crate::ids::{JobId, NodeName};
 use crate::snapshot::{GpuSnapshot, NodeSnapshot, NvmlFailure};
 
 use super::record::{GpuRecord, JobRecord, RECORD_VERSION};
@@ -35,8 +36,8 @@ impl JobMeta {
 
 /// Everything known at job end, for [`build_record`].
 pub struct JobEnd<'a> {
-    pub job_id: &'a str,
-    pub node: &'a str,
+    pub job_id: JobId,
+    pub node: NodeName,
     pub meta: &'a JobMeta,
     /// Unix ms when the epilog started.
     pub end_ms: u64,

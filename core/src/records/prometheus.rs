@@ -1,66 +1,31 @@
 //! node_exporter textfile with the figures of this node's most recent
 //! jobs. The list of recent records is kept in the state directory
-//! (`recent-jobs.json`); the textfile is replaced by atomic rename.
+//! (`StateFile::RecentJobs`); the textfile is replaced by atomic rename.
 
 use std::fmt::Write as _;
-use std::fs::OpenOptions;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use super::record::JobRecord;
-use super::store::{lock_exclusive, StoreError};
-use crate::state;
+use crate::state::{self, StateDir, StateError, StateFile};
 
 /// How many jobs the textfile shows (one series per GPU each: 8-GPU jobs
 /// give a few hundred series).
 pub const RECENT_JOBS: usize = 16;
 
-fn recent_path(state_dir: &Path) -> PathBuf {
-    state_dir.join("recent-jobs.json")
-}
-
-/// Add `record` to the recent list and rewrite the textfile.
-pub fn update(state_dir: &Path, textfile: &Path, record: &JobRecord) -> Result<(), StoreError> {
-    state::ensure_private_dir(state_dir)?;
-    // Serialise concurrent epilogs: the list is read, changed, written.
-    let lock_path = state_dir.join("recent-jobs.lock");
-    let lock = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&lock_path)
-        .map_err(|source| StoreError::Io {
-            path: lock_path.clone(),
-            source,
-        })?;
-    lock_exclusive(&lock, &lock_path, Duration::from_secs(2))?;
-    let path = recent_path(state_dir);
-    let mut recent: Vec<JobRecord> = match state::load_json(&path) {
-        Ok(r) => r.unwrap_or_default(),
-        Err(e) => {
-            log::warn!("recent job list unusable, starting a new one: {e}");
-            Vec::new()
+/// Add `record` to the recent list and rewrite the textfile (readable by
+/// node_exporter, which does not run as root: mode 0644).
+pub fn update(state: &StateDir, textfile: &Path, record: &JobRecord) -> Result<(), StateError> {
+    // Locked: concurrent epilogs read, change and write the same list.
+    let recent = state.update(StateFile::RecentJobs, |r: Option<Vec<JobRecord>>| {
+        let mut recent = r.unwrap_or_default();
+        recent.retain(|r| r.job_id != record.job_id);
+        recent.push(record.clone());
+        if recent.len() > RECENT_JOBS {
+            recent.drain(..recent.len() - RECENT_JOBS);
         }
-    };
-    recent.retain(|r| r.job_id != record.job_id);
-    recent.push(record.clone());
-    if recent.len() > RECENT_JOBS {
-        recent.drain(..recent.len() - RECENT_JOBS);
-    }
-    state::save_json(&path, &recent, false)?;
-    write_textfile(textfile, &render(&recent))
-}
-
-/// Readable by node_exporter (which does not run as root): mode 0644.
-fn write_textfile(path: &Path, text: &str) -> Result<(), StoreError> {
-    Ok(state::write_atomic_mode(
-        path,
-        text.as_bytes(),
-        false,
-        0o644,
-    )?)
+        (Some(recent.clone()), recent)
+    })?;
+    state::write_file_atomic(textfile, render(&recent).as_bytes(), 0o644)
 }
 
 /// Label values: backslash, quote and newline escaped.

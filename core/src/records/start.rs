@@ -1,12 +1,10 @@
-//! The job-start snapshot the prolog saves for the epilog:
-//! `<state_dir>/jobs/<job id>.start.json`.
-
-use std::path::{Path, PathBuf};
+//! The job-start snapshot the prolog saves for the epilog
+//! (`StateFile::JobStart`).
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::{JobId, NodeName};
 use crate::snapshot::{EccCounts, GpuSnapshot, NodeSnapshot, RemappedRows};
-use crate::state::{self, StateError, StatePaths};
 use crate::xid::Cursor;
 
 pub const START_VERSION: u32 = 1;
@@ -15,7 +13,7 @@ pub const START_VERSION: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobStart {
     pub version: u32,
-    pub job_id: String,
+    pub job_id: JobId,
     pub node: String,
     /// Unix ms when the prolog started (the job's window opens here).
     pub start_ms: u64,
@@ -74,8 +72,8 @@ pub fn nvlink_error_total(g: &GpuSnapshot) -> Option<u64> {
 impl JobStart {
     /// Pure: the start record of `job_gpus` from the prolog's snapshot.
     pub fn from_snapshot(
-        job_id: &str,
-        node: &str,
+        job_id: JobId,
+        node: &NodeName,
         job_gpus: &[u32],
         snapshot: &NodeSnapshot,
         cursor: Option<&Cursor>,
@@ -83,7 +81,7 @@ impl JobStart {
     ) -> JobStart {
         JobStart {
             version: START_VERSION,
-            job_id: job_id.to_string(),
+            job_id,
             node: node.to_string(),
             start_ms,
             taken_at_ms: snapshot.taken_at_ms,
@@ -101,52 +99,4 @@ impl JobStart {
     pub fn gpu(&self, index: u32) -> Option<&GpuCounters> {
         self.gpus.iter().find(|g| g.index == index)
     }
-}
-
-/// `<state_dir>/jobs/<job id>.start.json`.
-pub fn start_path(state_dir: &Path, job_id: &str) -> PathBuf {
-    StatePaths::new(state_dir)
-        .jobs_dir()
-        .join(format!("{job_id}.start.json"))
-}
-
-/// Save atomically (the jobs directory is created root-only).
-pub fn save(state_dir: &Path, start: &JobStart) -> Result<(), StateError> {
-    let paths = StatePaths::new(state_dir);
-    state::ensure_private_dir(&paths.jobs_dir())?;
-    state::save_json(&start_path(state_dir, &start.job_id), start, false)
-}
-
-/// `Ok(None)` when the prolog left nothing for this job.
-pub fn load(state_dir: &Path, job_id: &str) -> Result<Option<JobStart>, StateError> {
-    state::load_json(&start_path(state_dir, job_id))
-}
-
-/// Remove start snapshots older than `max_age` (jobs whose Epilog never
-/// ran: node crash, Epilog not configured). Returns how many went.
-pub fn remove_stale(state_dir: &Path, max_age: std::time::Duration) -> usize {
-    let dir = StatePaths::new(state_dir).jobs_dir();
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return 0;
-    };
-    let now = std::time::SystemTime::now();
-    let mut removed = 0;
-    for e in entries.filter_map(Result::ok) {
-        let name = e.file_name();
-        if !name.to_string_lossy().ends_with(".start.json") {
-            continue;
-        }
-        let old = e
-            .metadata()
-            .ok()
-            .filter(|m| m.file_type().is_file())
-            .and_then(|m| m.modified().ok())
-            .and_then(|t| now.duration_since(t).ok())
-            .is_some_and(|age| age > max_age);
-        if old && std::fs::remove_file(e.path()).is_ok() {
-            log::info!("removed stale job start snapshot {}", e.path().display());
-            removed += 1;
-        }
-    }
-    removed
 }

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::finding::Action;
+use crate::ids::{JobId, NodeName};
 use crate::snapshot::{
     AccountedProcess, EccCounts, GpuSnapshot, NodeSnapshot, NvLinkState, NvmlFailure, PcieLink,
     RemappedRows,
@@ -58,14 +59,18 @@ fn proc_(start_ms: u64, mem: Option<u64>) -> AccountedProcess {
     }
 }
 
+fn n1() -> NodeName {
+    NodeName::parse("n1").unwrap()
+}
+
 fn start_of(snap: &NodeSnapshot, gpus: &[u32]) -> JobStart {
-    JobStart::from_snapshot("42", "n1", gpus, snap, None, T0)
+    JobStart::from_snapshot(JobId::from(42), &n1(), gpus, snap, None, T0)
 }
 
 fn end<'a>(meta: &'a JobMeta, gpus: &'a [u32], snap: &'a NodeSnapshot) -> JobEnd<'a> {
     JobEnd {
-        job_id: "42",
-        node: "n1",
+        job_id: JobId::from(42),
+        node: n1(),
         meta,
         end_ms: T0 + 100_000,
         job_gpus: gpus,

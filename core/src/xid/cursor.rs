@@ -1,12 +1,10 @@
-//! Where a reader stopped ([`Cursor`]) and the node's saved Xid state
-//! (cursor plus repeat history), written atomically.
-
-use std::path::Path;
+//! Where a reader stopped ([`Cursor`]) and the node's Xid state between
+//! scans (cursor plus repeat history). The state module keeps it on disk;
+//! the run that scanned saves it only after acting on what it found.
 
 use serde::{Deserialize, Serialize};
 
 use super::history::RepeatHistory;
-use super::XidError;
 
 /// A position in a kernel log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,8 +41,6 @@ pub struct XidState {
 }
 
 const STATE_VERSION: u32 = 1;
-/// A state file is a few KiB; anything far larger is not ours.
-const MAX_STATE_BYTES: u64 = 4 << 20;
 
 /// FNV-1a, 64 bit: enough to notice that bytes changed, no dependency.
 pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
@@ -53,55 +49,29 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// Read the state file. Missing = fresh state; unreadable or corrupt =
-/// fresh state plus a note (logged as a warning); never an error.
-pub fn load_state(path: &Path) -> (XidState, Option<String>) {
-    let fresh = XidState {
-        version: STATE_VERSION,
-        ..XidState::default()
-    };
-    let text = match crate::state::read_nofollow(path, MAX_STATE_BYTES) {
-        Ok(Some(t)) => t,
-        Ok(None) => return (fresh, None),
-        Err(e) => {
-            let note = format!("Xid cursor unreadable ({e}); starting over with the look-back");
-            log::warn!("{note}");
-            return (fresh, Some(note));
-        }
-    };
-    match serde_json::from_slice::<XidState>(&text) {
-        Ok(state) if state.version == STATE_VERSION => (state, None),
-        Ok(state) => {
-            let note = format!(
-                "Xid cursor {} has version {}, expected {STATE_VERSION}; replaced",
-                path.display(),
-                state.version
-            );
-            log::warn!("{note}");
-            (fresh, Some(note))
-        }
-        Err(e) => {
-            let note = format!(
-                "Xid cursor {} is corrupt ({e}); replaced, starting over with the look-back",
-                path.display()
-            );
-            log::warn!("{note}");
-            (fresh, Some(note))
+impl XidState {
+    /// The state of a node that never scanned: no cursor, no history (the
+    /// first scan judges only the look-back).
+    pub fn fresh() -> XidState {
+        XidState {
+            version: STATE_VERSION,
+            ..XidState::default()
         }
     }
-}
 
-/// Write the state file atomically (see [`crate::state::write_atomic`]).
-///
-/// Not fsynced: the prolog runs before every job and a sync costs
-/// milliseconds. After a power loss the worst case is an older cursor, so
-/// a few records are read again (the safe direction), and a reboot starts
-/// a new kmsg buffer anyway.
-pub fn save_state(path: &Path, state: &XidState) -> Result<(), XidError> {
-    let mut state = state.clone();
-    state.version = STATE_VERSION;
-    crate::state::save_json(path, &state, false).map_err(|e| XidError::State {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })
+    /// The state to scan from, given what was saved (`None`: nothing). A
+    /// state of another version starts over; the note says so.
+    pub fn checked(saved: Option<XidState>) -> (XidState, Option<String>) {
+        match saved {
+            None => (XidState::fresh(), None),
+            Some(s) if s.version == STATE_VERSION => (s, None),
+            Some(s) => (
+                XidState::fresh(),
+                Some(format!(
+                    "saved Xid cursor has version {}, expected {STATE_VERSION}; starting over with the look-back",
+                    s.version
+                )),
+            ),
+        }
+    }
 }

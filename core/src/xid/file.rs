@@ -15,8 +15,8 @@ use memchr::memmem::Finder;
 
 use super::cursor::{fnv1a, Cursor};
 use super::event::Assembler;
+use super::log_read::LogRead;
 use super::parse::{parse_line, unwrap};
-use super::read::ReadOutcome;
 use super::stamp::{Stamp, TimeContext};
 
 const CHUNK: usize = 4 << 20;
@@ -30,11 +30,11 @@ pub(crate) fn read_file(
     path: &Path,
     since: Option<&Cursor>,
     ctx: TimeContext,
-) -> std::io::Result<ReadOutcome> {
+) -> std::io::Result<LogRead> {
     let file = open(path)?;
     let meta = file.metadata()?;
     let (dev, ino, len) = (meta.dev(), meta.ino(), meta.len());
-    let mut out = ReadOutcome::empty();
+    let mut out = LogRead::empty();
     let mut asm = Assembler::new(FALLEN_OFF_WINDOW_BYTES, ctx);
     let start = match since {
         None => 0,
@@ -78,7 +78,7 @@ fn resume_offset(
     path: &Path,
     len: u64,
     cursor: &Cursor,
-    out: &mut ReadOutcome,
+    out: &mut LogRead,
 ) -> std::io::Result<u64> {
     let Cursor::File {
         offset,
@@ -112,7 +112,7 @@ fn finish_rotated(
     path: &Path,
     cursor: &Cursor,
     asm: &mut Assembler,
-    out: &mut ReadOutcome,
+    out: &mut LogRead,
 ) -> std::io::Result<()> {
     let Cursor::File {
         dev,
@@ -174,7 +174,7 @@ fn read_range(
     start: u64,
     end: u64,
     asm: &mut Assembler,
-    out: &mut ReadOutcome,
+    out: &mut LogRead,
 ) -> std::io::Result<u64> {
     let finders = (Finder::new(b"NVRM"), Finder::new(b"SXid"));
     let size = (end.saturating_sub(start)).min(CHUNK as u64) as usize;
@@ -212,7 +212,7 @@ fn scan_lines(
     base: u64,
     finders: &(Finder, Finder),
     asm: &mut Assembler,
-    out: &mut ReadOutcome,
+    out: &mut LogRead,
 ) {
     let mut nvrm = finders.0.find_iter(chunk).peekable();
     let mut sxid = finders.1.find_iter(chunk).peekable();

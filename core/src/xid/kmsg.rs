@@ -17,8 +17,8 @@ use memchr::memmem;
 
 use super::cursor::Cursor;
 use super::event::Assembler;
+use super::log_read::LogRead;
 use super::parse::parse_line;
-use super::read::ReadOutcome;
 use super::stamp::TimeContext;
 
 /// The kernel's own limit on one record's text plus its dictionary.
@@ -162,8 +162,8 @@ pub(crate) fn read_kmsg(
     since: Option<&Cursor>,
     boot_id: &str,
     ctx: TimeContext,
-) -> std::io::Result<ReadOutcome> {
-    let mut out = ReadOutcome::empty();
+) -> std::io::Result<LogRead> {
+    let mut out = LogRead::empty();
     let mut skip_below = match since {
         None => 0,
         Some(Cursor::Kmsg {
@@ -215,7 +215,7 @@ pub(crate) fn read_kmsg(
     }
 }
 
-fn note_losses(out: &mut ReadOutcome) {
+fn note_losses(out: &mut LogRead) {
     if out.lost_records > 0 {
         out.notes.push(format!(
             "{} kernel log records were overwritten before they could be read (ring buffer wrapped)",
@@ -231,7 +231,7 @@ fn read_pass(
     buf: &mut [u8],
     skip_below: u64,
     ctx: TimeContext,
-    out: &mut ReadOutcome,
+    out: &mut LogRead,
 ) -> std::io::Result<Option<u64>> {
     let nvrm = memmem::Finder::new(b"NVRM");
     let sxid = memmem::Finder::new(b"SXid");

@@ -2,16 +2,17 @@
 //!
 //! # Using it
 //!
-//! Prolog / health check (node cursor in the state dir):
+//! Prolog / health check: the run loads the node's [`XidState`] from the
+//! state directory, scans, acts on the findings, and only then saves
+//! `outcome.state` (see `run::node_check`):
 //!
 //! ```no_run
 //! # use gpu_health_core::{config::Config, snapshot::NodeSnapshot, xid};
 //! # let cfg = Config::default(); let snapshot = NodeSnapshot::default(); let now_ms = 0;
-//! let cursor_path = cfg.state_dir.join("xid-cursor.json");
-//! let outcome = xid::scan(&cfg.kernel_log, &cursor_path, &cfg.xid, &snapshot, now_ms);
+//! let (state, note) = xid::XidState::checked(None); // what the state directory held
+//! let outcome = xid::scan(&cfg.kernel_log, state, &cfg.xid, &snapshot, now_ms);
 //! // ... act on outcome.findings (drain, verdict), log outcome.notes ...
-//! xid::commit(&cursor_path, &outcome.state)?; // only after acting
-//! # Ok::<(), xid::XidError>(())
+//! // ... then save outcome.state in the state directory.
 //! ```
 //!
 //! Epilog (events during a job, without touching the node cursor): keep
@@ -40,12 +41,12 @@
 //!   repeat rules count events in a history saved with the cursor.
 
 mod catalog;
-mod config;
 mod cursor;
 mod event;
 mod file;
 mod history;
 mod kmsg;
+mod log_read;
 mod parse;
 mod policy;
 mod read;
@@ -54,19 +55,20 @@ mod stamp;
 
 use std::path::PathBuf;
 
+pub use crate::config::{CodeKey, PolicyAction, XidConfig, XidRule};
 pub use catalog::{sxid_is_fatal, sxid_meaning, xid_meaning};
-pub use config::{CodeKey, PolicyAction, XidConfig, XidRule};
-pub use cursor::{load_state, save_state, Cursor, XidState};
+pub use cursor::{Cursor, XidState};
 pub use event::{Assembler, EventKind, XidEvent};
 pub use history::RepeatHistory;
 pub use kmsg::{KmsgDevice, KmsgRead, KmsgSource, MemoryRing};
+pub use log_read::{LogRead, MAX_EVENTS};
 pub use parse::{parse_line, Payload, Record};
 pub use policy::{recovery_action, Decision, DefaultAction, Policy, DEFAULT_TABLE};
-pub use read::{read_since, read_source, LogSource, ReadOutcome, MAX_EVENTS};
-pub use scan::{commit, judge, scan, scan_source, ScanOutcome};
+pub use read::{read_since, read_source, LogSource};
+pub use scan::{judge, scan, scan_source, ScanOutcome};
 pub use stamp::{Stamp, TimeContext};
 
-/// Errors of the Xid engine's I/O (the scan turns them into findings).
+/// Errors of reading a kernel log (the scan turns them into findings).
 #[derive(Debug, thiserror::Error)]
 pub enum XidError {
     #[error("{path}: {source}")]
@@ -74,6 +76,4 @@ pub enum XidError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("Xid state {path}: {message}")]
-    State { path: PathBuf, message: String },
 }

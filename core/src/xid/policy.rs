@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 
 use super::catalog::sxid_is_fatal;
-use super::config::{CodeKey, PolicyAction, XidConfig};
 use super::event::{EventKind, XidEvent};
+use crate::config::{CodeKey, PolicyAction, XidConfig};
 
 /// How the built-in table decides for one code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,15 +1,15 @@
 //! Reading events from a kernel log between a cursor and now.
 
-use std::collections::HashSet;
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
 use super::cursor::Cursor;
-use super::event::XidEvent;
 use super::file::read_file;
 use super::kmsg::{read_kmsg, KmsgDevice, KmsgSource};
+use super::log_read::LogRead;
 use super::stamp::TimeContext;
-use super::{XidConfig, XidError};
+use super::XidError;
+use crate::config::XidConfig;
 use crate::snapshot::NodeSnapshot;
 
 /// Where to read from.
@@ -21,64 +21,6 @@ pub enum LogSource<'a> {
     Kmsg(&'a mut dyn KmsgSource),
 }
 
-/// What a read found.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ReadOutcome {
-    /// In log order, GPU index and UUID filled from the snapshot.
-    pub events: Vec<XidEvent>,
-    /// Where the read stopped; `None` only when nothing could be read.
-    pub cursor: Option<Cursor>,
-    /// Things the caller should log (wrapped ring, rotation, reboot...).
-    pub notes: Vec<String>,
-    /// Records lost to the ring wrapping before they were read.
-    pub lost_records: u64,
-    /// The cursor could not be continued (reboot, rotation, truncation,
-    /// cursor ahead of the ring): the read started from the beginning.
-    pub restarted: bool,
-    /// Monotonic stamp of the last line of a file, when it has one (dates
-    /// monotonic-only records of a file relative to its end).
-    pub last_monotonic_us: Option<u64>,
-    /// Events dropped in an Xid storm: past [`MAX_EVENTS`], only the
-    /// latest event of each (kind, code, device) is kept.
-    pub folded_events: u64,
-}
-
-/// Bound on the events one read holds (an application can log thousands
-/// of Xid 13 a second; the prolog must not run out of memory).
-pub const MAX_EVENTS: usize = 50_000;
-
-impl ReadOutcome {
-    pub(crate) fn empty() -> Self {
-        ReadOutcome::default()
-    }
-
-    pub(crate) fn push(&mut self, ev: XidEvent) {
-        if self.events.len() >= MAX_EVENTS {
-            let mut seen = HashSet::new();
-            let before = self.events.len();
-            let mut kept: Vec<XidEvent> = std::mem::take(&mut self.events)
-                .into_iter()
-                .rev()
-                .filter(|e| seen.insert((e.kind, e.code, e.pci.clone(), e.fallen_off_bus)))
-                .collect();
-            kept.reverse();
-            self.events = kept;
-            if self.events.len() >= MAX_EVENTS {
-                // Pathological variety: keep the newest half.
-                self.events.drain(..MAX_EVENTS / 2);
-            }
-            self.folded_events += (before - self.events.len()) as u64;
-        }
-        self.events.push(ev);
-    }
-
-    pub(crate) fn restart(&mut self, note: String) {
-        log::info!("{note}");
-        self.restarted = true;
-        self.notes.push(note);
-    }
-}
-
 /// Events of `kernel_log` after `since` (all of them without a cursor),
 /// and the cursor of the end. Does not write anything.
 pub fn read_since(
@@ -87,7 +29,7 @@ pub fn read_since(
     cfg: &XidConfig,
     snapshot: &NodeSnapshot,
     now_ms: u64,
-) -> Result<ReadOutcome, XidError> {
+) -> Result<LogRead, XidError> {
     read_source(LogSource::Path(kernel_log), since, cfg, snapshot, now_ms)
 }
 
@@ -98,7 +40,7 @@ pub fn read_source(
     cfg: &XidConfig,
     snapshot: &NodeSnapshot,
     now_ms: u64,
-) -> Result<ReadOutcome, XidError> {
+) -> Result<LogRead, XidError> {
     let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
     let mut out = match source {
         LogSource::Path(path) => {
@@ -142,7 +84,7 @@ fn read_ring(
     since: Option<&Cursor>,
     cfg: &XidConfig,
     now_ms: i64,
-) -> std::io::Result<ReadOutcome> {
+) -> std::io::Result<LogRead> {
     let mut notes = Vec::new();
     let boot_id = match std::fs::read_to_string(&cfg.boot_id_path) {
         Ok(s) => s.trim().to_string(),

@@ -1,30 +1,31 @@
 //! The node scan of the prolog and health check: read from the node's
-//! cursor, judge by the policy, hand back findings and the state to commit.
+//! saved state, judge by the policy, hand back findings and the state to
+//! save once the run has acted on them.
 
 use std::collections::HashSet;
 use std::path::Path;
 
+use crate::config::{PolicyAction, XidConfig};
+
 use super::catalog::{sxid_is_fatal, sxid_meaning, xid_meaning};
-use super::config::PolicyAction;
-use super::cursor::{load_state, save_state, Cursor, XidState};
+use super::cursor::{Cursor, XidState};
 use super::event::{EventKind, XidEvent};
 use super::history::RepeatHistory;
 use super::policy::Policy;
 use super::read::{read_source, LogSource};
-use super::{XidConfig, XidError};
 use crate::finding::{Action, Finding};
 use crate::snapshot::NodeSnapshot;
 
-/// What a scan found. Nothing has been written yet: call [`commit`] with
-/// `state` once the findings have been acted on, so that a failed drain
-/// sees the same Xids again next time.
+/// What a scan found. Nothing has been written: the caller saves `state`
+/// only once the findings have been acted on (or kept as pending), so
+/// that a run that could not act sees the same Xids again next time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScanOutcome {
     /// The events judged (after the first run's look-back), in log order.
     pub events: Vec<XidEvent>,
     /// One finding per (code, device), gravest action of its events.
     pub findings: Vec<Finding>,
-    /// Cursor and repeat history to save with [`commit`].
+    /// Cursor and repeat history to save after acting.
     pub state: XidState,
     /// For the log: wrapped ring, reboot, rotation, corrupt cursor...
     pub notes: Vec<String>,
@@ -39,35 +40,28 @@ impl ScanOutcome {
     }
 }
 
-/// Scan `kernel_log` from the cursor saved at `cursor_path`. Never fails:
-/// an unreadable log is a warning finding (`kernel log unreadable`), a
-/// corrupt cursor a note and a fresh start with the look-back.
+/// Scan `kernel_log` from `state` (see [`XidState::checked`]). Never
+/// fails: an unreadable log is a warning finding (`kernel log
+/// unreadable`) and the state stays as it was.
 pub fn scan(
     kernel_log: &Path,
-    cursor_path: &Path,
+    state: XidState,
     cfg: &XidConfig,
     snapshot: &NodeSnapshot,
     now_ms: u64,
 ) -> ScanOutcome {
-    scan_source(
-        LogSource::Path(kernel_log),
-        cursor_path,
-        cfg,
-        snapshot,
-        now_ms,
-    )
+    scan_source(LogSource::Path(kernel_log), state, cfg, snapshot, now_ms)
 }
 
 /// [`scan`] for any [`LogSource`].
 pub fn scan_source(
     source: LogSource<'_>,
-    cursor_path: &Path,
+    mut state: XidState,
     cfg: &XidConfig,
     snapshot: &NodeSnapshot,
     now_ms: u64,
 ) -> ScanOutcome {
-    let (mut state, note) = load_state(cursor_path);
-    let mut notes: Vec<String> = note.into_iter().collect();
+    let mut notes: Vec<String> = Vec::new();
     let read = match read_source(source, state.cursor.as_ref(), cfg, snapshot, now_ms) {
         Ok(r) => r,
         Err(e) => {
@@ -123,11 +117,6 @@ pub fn scan_source(
         skipped_old,
         lost_records: read.lost_records,
     }
-}
-
-/// Save the state of a scan (cursor and repeat history) atomically.
-pub fn commit(cursor_path: &Path, state: &XidState) -> Result<(), XidError> {
-    save_state(cursor_path, state)
 }
 
 /// Whether an event is younger than the look-back. Records without a wall

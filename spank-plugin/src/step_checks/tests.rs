@@ -3,7 +3,7 @@ use gpu_health_core::finding::Finding;
 
 fn verdict(findings: Vec<Finding>) -> VerdictRead {
     VerdictRead::Found(JobVerdict {
-        job_id: "42".into(),
+        job_id: JobId::from(42),
         node: "n1".into(),
         mode: Mode::Strict,
         written_at_ms: 0,
@@ -26,7 +26,12 @@ fn pcie_warn(gpu: u32) -> Finding {
 
 #[test]
 fn strict_refuses_warning_on_the_jobs_gpu_naming_node_gpu_finding() {
-    let r = health_report(Mode::Strict, "n1", 42, &verdict(vec![pcie_warn(3)]));
+    let r = health_report(
+        Mode::Strict,
+        "n1",
+        JobId::from(42),
+        &verdict(vec![pcie_warn(3)]),
+    );
     assert_eq!(r.refusals.len(), 1);
     let line = &r.lines()[0];
     assert!(line.contains("node n1: GPU3 PCIe link"), "{line}");
@@ -39,7 +44,12 @@ fn strict_refuses_warning_on_the_jobs_gpu_naming_node_gpu_finding() {
 
 #[test]
 fn warn_prints_the_same_as_a_warning() {
-    let r = health_report(Mode::Warn, "n1", 42, &verdict(vec![pcie_warn(2)]));
+    let r = health_report(
+        Mode::Warn,
+        "n1",
+        JobId::from(42),
+        &verdict(vec![pcie_warn(2)]),
+    );
     assert!(r.refusals.is_empty());
     assert_eq!(r.warnings.len(), 1);
     assert!(r.lines()[0].starts_with("gpu-health: warning: node n1: GPU2"));
@@ -49,7 +59,7 @@ fn warn_prints_the_same_as_a_warning() {
 fn gpu_is_named_when_the_finding_text_does_not() {
     let mut f = pcie_warn(3);
     f.message = "PCIe link degraded; also see GPU30".into();
-    let r = health_report(Mode::Strict, "n1", 42, &verdict(vec![f]));
+    let r = health_report(Mode::Strict, "n1", JobId::from(42), &verdict(vec![f]));
     assert!(
         r.refusals[0].starts_with("node n1 GPU3 (0000:3b:00.0): PCIe"),
         "{r:?}"
@@ -64,7 +74,12 @@ fn other_gpus_and_info_findings_are_not_the_jobs_business() {
         "p".into(),
         "persistence off".into(),
     );
-    let r = health_report(Mode::Strict, "n1", 42, &verdict(vec![pcie_warn(5), info]));
+    let r = health_report(
+        Mode::Strict,
+        "n1",
+        JobId::from(42),
+        &verdict(vec![pcie_warn(5), info]),
+    );
     assert_eq!(r, StepReport::default());
 }
 
@@ -76,23 +91,28 @@ fn node_wide_warning_counts() {
         "gpus".into(),
         "7 of 8 GPUs".into(),
     );
-    let r = health_report(Mode::Strict, "n1", 42, &verdict(vec![f]));
+    let r = health_report(Mode::Strict, "n1", JobId::from(42), &verdict(vec![f]));
     assert!(r.refusals[0].contains("node n1: 7 of 8 GPUs"), "{:?}", r);
 }
 
 #[test]
 fn missing_verdict_refuses_only_strict() {
-    let r = health_report(Mode::Strict, "n1", 42, &VerdictRead::Missing);
+    let r = health_report(Mode::Strict, "n1", JobId::from(42), &VerdictRead::Missing);
     assert!(
         r.refusals[0].contains("no gpu-health verdict for job 42"),
         "{r:?}"
     );
     assert_eq!(
-        health_report(Mode::Warn, "n1", 42, &VerdictRead::Missing),
+        health_report(Mode::Warn, "n1", JobId::from(42), &VerdictRead::Missing),
         StepReport::default()
     );
     assert_eq!(
-        health_report(Mode::Off, "n1", 42, &verdict(vec![pcie_warn(3)])),
+        health_report(
+            Mode::Off,
+            "n1",
+            JobId::from(42),
+            &verdict(vec![pcie_warn(3)])
+        ),
         StepReport::default()
     );
 }
@@ -100,24 +120,28 @@ fn missing_verdict_refuses_only_strict() {
 #[test]
 fn verdict_files_are_read_from_the_state_dir() {
     let t = tempfile::tempdir().unwrap();
-    assert_eq!(read_verdict(t.path(), 7), VerdictRead::Missing);
-    std::fs::create_dir_all(t.path().join("jobs")).unwrap();
-    std::fs::write(t.path().join("jobs/7.json"), "{not json").unwrap();
+    let root = t.path().join("state");
+    let job = JobId::from(7);
     assert!(matches!(
-        read_verdict(t.path(), 7),
+        read_verdict(&StateDir::open_existing(&root), job),
+        VerdictRead::Unreadable(_)
+    ));
+    let state = StateDir::open(&root);
+    assert_eq!(read_verdict(&state, job), VerdictRead::Missing);
+    state
+        .save_bytes(StateFile::JobVerdict(job), b"{not json")
+        .unwrap();
+    assert!(matches!(
+        read_verdict(&state, job),
         VerdictRead::Unreadable(_)
     ));
     let VerdictRead::Found(v) = verdict(vec![pcie_warn(3)]) else {
         unreachable!()
     };
-    std::fs::write(
-        t.path().join("jobs/7.json"),
-        serde_json::to_vec(&v).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(read_verdict(t.path(), 7), VerdictRead::Found(v));
+    state.save(StateFile::JobVerdict(job), &v).unwrap();
+    assert_eq!(read_verdict(&state, job), VerdictRead::Found(v));
 
-    assert_eq!(read_topology(t.path()), None);
+    assert_eq!(read_topology(&state), None);
     let snap = NodeSnapshot {
         topology: Some(vec![
             vec![GpuLink::Itself, GpuLink::Pcie],
@@ -125,12 +149,40 @@ fn verdict_files_are_read_from_the_state_dir() {
         ]),
         ..NodeSnapshot::default()
     };
-    std::fs::write(
-        t.path().join("node-snapshot.json"),
-        serde_json::to_vec(&snap).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(read_topology(t.path()), snap.topology);
+    state.save(StateFile::NodeSnapshot, &snap).unwrap();
+    assert_eq!(read_topology(&state), snap.topology);
+}
+
+#[test]
+fn planted_verdicts_never_hang_or_grow() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("state");
+    let state = StateDir::open(&root);
+    state
+        .save(StateFile::JobVerdict(JobId::from(1)), &0)
+        .unwrap();
+    let fifo = root.join("jobs/2.json");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    std::os::unix::fs::symlink("/dev/zero", root.join("jobs/3.json")).unwrap();
+    let t0 = std::time::Instant::now();
+    for job in [2, 3] {
+        assert!(matches!(
+            read_verdict(&state, JobId::from(job)),
+            VerdictRead::Unreadable(_)
+        ));
+    }
+    assert!(t0.elapsed() < std::time::Duration::from_secs(1));
+    // A state directory others can write is not read at all.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let VerdictRead::Unreadable(why) =
+        read_verdict(&StateDir::open_existing(&root), JobId::from(1))
+    else {
+        panic!("an unsafe state directory must not be read");
+    };
+    assert!(why.contains("writable"), "{why}");
 }
 
 #[test]

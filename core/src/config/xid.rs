@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::keys::check;
 use crate::finding::Action;
 
 /// What the policy does with an event of one code.
@@ -142,12 +143,7 @@ impl CodeKey {
 impl XidConfig {
     /// Refuse settings that cannot be meant.
     pub fn validate(&self) -> Result<(), String> {
-        if self.lookback_hours == 0 || self.lookback_hours > 24 * 366 {
-            return Err(format!(
-                "xid.lookback_hours = {} is outside 1..=8784",
-                self.lookback_hours
-            ));
-        }
+        check("xid.lookback_hours", f64::from(self.lookback_hours))?;
         for key in self.actions.keys() {
             if CodeKey::parse(key).is_none() {
                 return Err(format!(
@@ -161,18 +157,9 @@ impl XidConfig {
                     "xid.rules: key {key:?} is neither an Xid code (\"31\") nor an SXid (\"sxid-12028\")"
                 ));
             }
-            if rule.repeat == 0 || rule.repeat > 1000 {
-                return Err(format!(
-                    "xid.rules.{key}.repeat = {} is outside 1..=1000",
-                    rule.repeat
-                ));
-            }
-            if rule.window_minutes == 0 || rule.window_minutes > 7 * 24 * 60 {
-                return Err(format!(
-                    "xid.rules.{key}.window_minutes = {} is outside 1..=10080 (a week)",
-                    rule.window_minutes
-                ));
-            }
+            check("xid.rules.repeat", f64::from(rule.repeat))
+                .and_then(|()| check("xid.rules.window_minutes", f64::from(rule.window_minutes)))
+                .map_err(|e| format!("xid.rules.{key}: {e}"))?;
             if self.actions.contains_key(key) && rule.action.is_some() {
                 return Err(format!(
                     "xid: code {key} has an action in both xid.actions and xid.rules"

@@ -1,0 +1,214 @@
+//! Finding and reading the configuration: one function, [`load_for_node`],
+//! for the Prolog, Epilog, health check, admin command and SPANK plugin.
+//!
+//! Where the file is: `$GPU_HEALTH_CONFIG`, else `gpu-health.toml` beside
+//! slurm.conf (`$SLURM_CONF`, which slurmd passes to Prolog and Epilog)
+//! when it exists there, else `/etc/slurm/gpu-health.toml`. A per-node
+//! drop-in `gpu-health.d/<node>.toml` beside it overrides single keys for
+//! one node (heterogeneous clusters; the test cluster gives each node its
+//! own scenario that way). `%n` in per-node paths becomes the node name.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::{Config, ConfigError, DEFAULT_CONFIG_PATH};
+use crate::ids::NodeName;
+
+/// A configuration file is a few KiB; a larger one is a mistake (or not a
+/// configuration file), refused rather than read.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Where the configuration file is, from the environment.
+pub fn config_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("GPU_HEALTH_CONFIG").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    // Beside slurm.conf when it is there; in configless Slurm SLURM_CONF
+    // points into slurmd's cache, which holds no gpu-health.toml.
+    if let Some(conf) = std::env::var_os("SLURM_CONF").filter(|p| !p.is_empty()) {
+        if let Some(p) = Path::new(&conf).parent().map(|d| d.join("gpu-health.toml")) {
+            if p.exists() {
+                return p;
+            }
+        }
+    }
+    PathBuf::from(DEFAULT_CONFIG_PATH)
+}
+
+/// The per-node drop-in beside `path`.
+pub fn node_dropin_path(path: &Path, node: &NodeName) -> Option<PathBuf> {
+    Some(
+        path.parent()?
+            .join("gpu-health.d")
+            .join(format!("{node}.toml")),
+    )
+}
+
+/// Parse configuration text (plus an optional drop-in) into a `Config`.
+pub fn parse(
+    path: &Path,
+    text: &str,
+    dropin: Option<(&Path, &str)>,
+) -> Result<Config, ConfigError> {
+    // Each file alone first: toml then reports line, column and key.
+    let check = |p: &Path, t: &str| -> Result<toml::Table, ConfigError> {
+        let err = |e: toml::de::Error| ConfigError::Parse {
+            path: p.to_path_buf(),
+            message: one_line(&e.to_string()),
+        };
+        toml::from_str::<Config>(t).map_err(err)?;
+        t.parse::<toml::Table>().map_err(err)
+    };
+    let mut table = check(path, text)?;
+    let mut shown = path.to_path_buf();
+    if let Some((dpath, dtext)) = dropin {
+        merge(&mut table, check(dpath, dtext)?);
+        shown = dpath.to_path_buf();
+    }
+    let config: Config = Config::deserialize(table).map_err(|e| ConfigError::Parse {
+        path: shown.clone(),
+        message: one_line(&e.to_string()),
+    })?;
+    config.validate(&shown)?;
+    Ok(config)
+}
+
+/// Keys of `over` replace those of `base`; tables merge key by key.
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split('\n')
+        .map(str::trim_end)
+        .filter(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// A configuration file's text; `None` when it does not exist. A FIFO, a
+/// device, a directory or an oversized file is an error, never a hang.
+fn read_text(path: &Path) -> Result<Option<String>, ConfigError> {
+    let bytes =
+        crate::state::read_regular_file(path, MAX_CONFIG_BYTES).map_err(|e| ConfigError::Read {
+            path: path.to_path_buf(),
+            why: e.to_string(),
+        })?;
+    bytes
+        .map(|b| {
+            String::from_utf8(b).map_err(|_| ConfigError::Read {
+                path: path.to_path_buf(),
+                why: "not UTF-8 text".into(),
+            })
+        })
+        .transpose()
+}
+
+/// Read the configuration from `path` and, for `node`, its drop-in.
+///
+/// A missing main file means defaults (a node without a file is valid);
+/// an unreadable or invalid one is an error.
+pub fn load(path: &Path, node: Option<&NodeName>) -> Result<Config, ConfigError> {
+    let text = read_text(path)?.unwrap_or_default();
+    let dropin_path = node.and_then(|n| node_dropin_path(path, n));
+    let dropin_text = match &dropin_path {
+        Some(p) => read_text(p)?,
+        None => None,
+    };
+    let dropin = match (&dropin_path, &dropin_text) {
+        (Some(p), Some(t)) => Some((p.as_path(), t.as_str())),
+        _ => None,
+    };
+    parse(path, &text, dropin)
+}
+
+/// The configuration in force and, when the file was bad, why.
+pub struct Loaded {
+    pub config: Config,
+    pub path: PathBuf,
+    /// Set when the file could not be used: a fallback is in force and
+    /// nothing may drain a node in this run.
+    pub error: Option<ConfigError>,
+    /// What is in force instead when `error` is set.
+    pub fallback: &'static str,
+}
+
+impl Loaded {
+    pub fn ok(&self) -> bool {
+        self.error.is_none()
+    }
+
+    /// The line to log when the file was bad.
+    pub fn error_line(&self) -> Option<String> {
+        self.error.as_ref().map(|e| {
+            format!(
+                "gpu-health: configuration error, using {} and never draining in this run: {e}",
+                self.fallback
+            )
+        })
+    }
+}
+
+/// The configuration for `node`: the file `explicit` names, else the one
+/// the environment points at ([`config_path`]), with the node's drop-in
+/// and `%n` expanded. On error, the best configuration that still parses
+/// (the main file without a broken drop-in, else the defaults) plus the
+/// error; the caller logs [`Loaded::error_line`]. Never fails.
+pub fn load_for_node(explicit: Option<&Path>, node: &NodeName) -> Loaded {
+    let path = explicit.map_or_else(config_path, Path::to_path_buf);
+    let mut loaded = match load(&path, Some(node)) {
+        Ok(config) => Loaded {
+            config,
+            path,
+            error: None,
+            fallback: "",
+        },
+        Err(e) => {
+            let main_only = load(&path, None).ok();
+            Loaded {
+                fallback: if main_only.is_some() {
+                    "the main file without the node drop-in"
+                } else {
+                    "the built-in defaults"
+                },
+                config: main_only.unwrap_or_default(),
+                path,
+                error: Some(e),
+            }
+        }
+    };
+    loaded.config.expand_node(node);
+    loaded
+}
+
+impl Config {
+    /// Replace `%n` by the node name in per-node paths, so that one file
+    /// can serve nodes that share a file system.
+    pub fn expand_node(&mut self, node: &NodeName) {
+        let expand = |p: &mut PathBuf| {
+            if p.to_string_lossy().contains("%n") {
+                *p = PathBuf::from(p.to_string_lossy().replace("%n", node.as_str()));
+            }
+        };
+        expand(&mut self.state_dir);
+        expand(&mut self.kernel_log);
+        for p in [
+            &mut self.records_dir,
+            &mut self.log_file,
+            &mut self.prometheus_textfile,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            expand(p);
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! gpu-health configuration: one TOML file, every key with a default.
+//! Plain settings: this module decides nothing and runs nothing; the
+//! sections are read by the modules that act on them.
+//!
+//! Where the file is and how a node's drop-in and `%n` apply: [`load`].
+//! A broken file never stops gpu-health: the caller gets the best
+//! configuration that still parses plus the error, logs it loudly, and
+//! must not drain a node in that run.
+
+mod keys;
+mod load;
+mod sections;
+mod xid;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use keys::{check as check_range, range_of, KeyRange, NVML_DEADLINE_FLOOR_MS, RANGES};
+pub use load::{
+    config_path, load, load_for_node, node_dropin_path, parse, Loaded, MAX_CONFIG_BYTES,
+};
+pub use sections::{
+    parse_port_name, BrakeConfig, BrakeScope, DcgmConfig, PortAction, RdmaConfig, RecoveryConfig,
+};
+pub use xid::{CodeKey, PolicyAction, XidConfig, XidRule};
+
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/slurm/gpu-health.toml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {why}")]
+    Read { path: PathBuf, why: String },
+    /// toml's message names the line, column and key.
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// libnvidia-ml to load; `None` = the system's `libnvidia-ml.so.1`.
+    pub nvml_library: Option<PathBuf>,
+    /// The NVML probe is abandoned after this long (a hung GPU must not
+    /// hold a job start).
+    pub nvml_deadline_ms: u64,
+    /// `/dev/kmsg`, or a file read incrementally.
+    pub kernel_log: PathBuf,
+    /// Root-owned directory for cursors, job verdicts, job start snapshots.
+    pub state_dir: PathBuf,
+    /// Where job records go; `None` = `<state_dir>/records`.
+    pub records_dir: Option<PathBuf>,
+    /// node_exporter textfile with the latest jobs' figures, if wanted.
+    pub prometheus_textfile: Option<PathBuf>,
+    /// GPUs this node must have; `None` = NVIDIA GPUs sysfs lists on the
+    /// PCI bus, or NVML's count when sysfs lists none.
+    pub expected_gpus: Option<u32>,
+    /// Root of sysfs (fixture trees in tests).
+    pub sysfs_root: PathBuf,
+    /// scontrol, used on the failing path only.
+    pub scontrol: PathBuf,
+    /// The longest one run waits for Slurm, all its scontrol calls and the
+    /// brake's settle wait together: bounds how long a draining Prolog
+    /// holds a job start.
+    pub scontrol_timeout_ms: u64,
+    /// Extra log file (the log also goes to stderr and syslog).
+    pub log_file: Option<PathBuf>,
+    pub thresholds: Thresholds,
+    pub xid: XidConfig,
+    /// Drain brake (docs/operations.md).
+    pub brake: BrakeConfig,
+    /// Automatic return of drain-until-clean drains.
+    pub recovery: RecoveryConfig,
+    /// `dcgmi diag` tier.
+    pub dcgm: DcgmConfig,
+    /// RDMA ports the node must have up.
+    pub rdma: RdmaConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Thresholds {
+    /// Warn above this GPU temperature.
+    pub max_temperature_c: u32,
+    /// Corrected ECC errors per hour that warn.
+    pub sbe_warn_per_hour: f64,
+    /// Corrected ECC errors per hour that drain.
+    pub sbe_fatal_per_hour: f64,
+    /// Warn when the enforced power limit is below this share of the default.
+    pub min_power_limit_ratio: f64,
+    /// Warn when persistence mode is off (costly NVML init on every job).
+    pub require_persistence_mode: bool,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            max_temperature_c: 87,
+            sbe_warn_per_hour: 10.0,
+            sbe_fatal_per_hour: 1000.0,
+            min_power_limit_ratio: 0.9,
+            require_persistence_mode: true,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            nvml_library: None,
+            nvml_deadline_ms: 10_000,
+            kernel_log: PathBuf::from("/dev/kmsg"),
+            state_dir: PathBuf::from("/var/lib/gpu-health"),
+            records_dir: None,
+            prometheus_textfile: None,
+            expected_gpus: None,
+            sysfs_root: PathBuf::from("/sys"),
+            scontrol: PathBuf::from("/usr/bin/scontrol"),
+            scontrol_timeout_ms: 2_500,
+            log_file: None,
+            thresholds: Thresholds::default(),
+            xid: XidConfig::default(),
+            brake: BrakeConfig::default(),
+            recovery: RecoveryConfig::default(),
+            dcgm: DcgmConfig::default(),
+            rdma: RdmaConfig::default(),
+        }
+    }
+}
+
+impl Config {
+    pub fn records_dir(&self) -> PathBuf {
+        self.records_dir
+            .clone()
+            .unwrap_or_else(|| crate::state::StateDir::default_records_dir(&self.state_dir))
+    }
+
+    /// Refuse values that cannot be meant (they would make gpu-health hang
+    /// a job start or drain everything).
+    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        self.validate_keys()
+            .map_err(|message| ConfigError::Invalid {
+                path: path.to_path_buf(),
+                message,
+            })
+    }
+
+    fn validate_keys(&self) -> Result<(), String> {
+        check_range("nvml_deadline_ms", self.nvml_deadline_ms as f64).map_err(|e| {
+            format!("{e} (real NVML needs at least {NVML_DEADLINE_FLOOR_MS} ms; Slurm kills prologs after PrologEpilogTimeout)")
+        })?;
+        check_range("scontrol_timeout_ms", self.scontrol_timeout_ms as f64)?;
+        if let Some(n) = self.expected_gpus {
+            check_range("expected_gpus", f64::from(n))?;
+        }
+        let t = &self.thresholds;
+        let rates_ok = t.sbe_warn_per_hour.is_finite()
+            && t.sbe_warn_per_hour >= 0.0
+            && t.sbe_fatal_per_hour.is_finite()
+            && t.sbe_fatal_per_hour >= t.sbe_warn_per_hour;
+        if !rates_ok {
+            return Err("thresholds: need 0 <= sbe_warn_per_hour <= sbe_fatal_per_hour".into());
+        }
+        check_range("thresholds.min_power_limit_ratio", t.min_power_limit_ratio)?;
+        check_range(
+            "thresholds.max_temperature_c",
+            f64::from(t.max_temperature_c),
+        )?;
+        self.xid.validate()?;
+        self.brake.validate()?;
+        self.recovery.validate()?;
+        self.dcgm.validate()?;
+        self.rdma.validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::NodeName;
+
+    fn p() -> PathBuf {
+        PathBuf::from("/etc/slurm/gpu-health.toml")
+    }
+
+    #[test]
+    fn empty_file_is_all_defaults() {
+        assert_eq!(parse(&p(), "", None).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn keys_override_defaults() {
+        let c = parse(
+            &p(),
+            "nvml_deadline_ms = 500\n[thresholds]\nmax_temperature_c = 80\n",
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.nvml_deadline_ms, 500);
+        assert_eq!(c.thresholds.max_temperature_c, 80);
+        assert_eq!(
+            c.thresholds.sbe_warn_per_hour,
+            Thresholds::default().sbe_warn_per_hour
+        );
+    }
+
+    #[test]
+    fn syntax_error_names_line() {
+        let e = parse(&p(), "state_dir = \"/x\"\nnvml_deadline_ms = = 3\n", None).unwrap_err();
+        let s = e.to_string();
+        assert!(s.contains("line 2"), "{s}");
+    }
+
+    #[test]
+    fn wrong_type_names_key() {
+        let s = parse(&p(), "nvml_deadline_ms = \"soon\"\n", None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            s.contains("nvml_deadline_ms") && s.contains("line 1"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn unknown_key_is_an_error() {
+        let s = parse(&p(), "nvml_deadine_ms = 5\n", None)
+            .unwrap_err()
+            .to_string();
+        assert!(s.contains("nvml_deadine_ms"), "{s}");
+    }
+
+    #[test]
+    fn absurd_thresholds_are_refused() {
+        assert!(parse(&p(), "nvml_deadline_ms = 0\n", None).is_err());
+        assert!(parse(
+            &p(),
+            "[thresholds]\nsbe_warn_per_hour = 10.0\nsbe_fatal_per_hour = 1.0\n",
+            None
+        )
+        .is_err());
+        assert!(parse(&p(), "[thresholds]\nmin_power_limit_ratio = nan\n", None).is_err());
+        assert!(parse(&p(), "expected_gpus = 100000\n", None).is_err());
+    }
+
+    #[test]
+    fn dropin_overrides_single_keys() {
+        let d = PathBuf::from("/etc/slurm/gpu-health.d/n1.toml");
+        let c = parse(
+            &p(),
+            "state_dir = \"/a\"\n[thresholds]\nmax_temperature_c = 80\n",
+            Some((
+                &d,
+                "state_dir = \"/b\"\n[thresholds]\nsbe_warn_per_hour = 1.0\n",
+            )),
+        )
+        .unwrap();
+        assert_eq!(c.state_dir, PathBuf::from("/b"));
+        assert_eq!(c.thresholds.max_temperature_c, 80);
+        assert_eq!(c.thresholds.sbe_warn_per_hour, 1.0);
+    }
+
+    #[test]
+    fn dropin_path_is_named_by_the_node() {
+        let n1 = NodeName::parse("n1").unwrap();
+        assert_eq!(
+            node_dropin_path(&p(), &n1),
+            Some(PathBuf::from("/etc/slurm/gpu-health.d/n1.toml"))
+        );
+    }
+
+    #[test]
+    fn deadline_below_what_nvml_can_meet_is_an_error() {
+        let s = parse(&p(), "nvml_deadline_ms = 50\n", None)
+            .unwrap_err()
+            .to_string();
+        assert!(s.contains("200..=120000"), "{s}");
+        assert!(parse(&p(), "nvml_deadline_ms = 200\n", None).is_ok());
+    }
+
+    #[test]
+    fn every_loader_expands_the_node_name() {
+        let d = tempfile::tempdir().unwrap();
+        let main = d.path().join("gpu-health.toml");
+        std::fs::write(
+            &main,
+            "state_dir = \"/var/lib/gpu-health/%n\"\nlog_file = \"/var/log/gh-%n.log\"\n",
+        )
+        .unwrap();
+        let n7 = NodeName::parse("n7").unwrap();
+        let loaded = load_for_node(Some(&main), &n7);
+        assert!(loaded.ok());
+        assert_eq!(
+            loaded.config.state_dir,
+            PathBuf::from("/var/lib/gpu-health/n7")
+        );
+        assert_eq!(
+            loaded.config.log_file,
+            Some(PathBuf::from("/var/log/gh-n7.log"))
+        );
+        // A broken drop-in: the main file is in force, still expanded.
+        std::fs::create_dir(d.path().join("gpu-health.d")).unwrap();
+        std::fs::write(
+            d.path().join("gpu-health.d/n7.toml"),
+            "nvml_deadine_ms = 5\n",
+        )
+        .unwrap();
+        let loaded = load_for_node(Some(&main), &n7);
+        assert!(loaded
+            .error_line()
+            .unwrap()
+            .contains("without the node drop-in"));
+        assert_eq!(
+            loaded.config.state_dir,
+            PathBuf::from("/var/lib/gpu-health/n7")
+        );
+    }
+
+    #[test]
+    fn a_fifo_or_directory_as_configuration_is_an_error_not_a_hang() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("gpu-health.toml");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let n1 = NodeName::parse("n1").unwrap();
+        let t0 = std::time::Instant::now();
+        let loaded = load_for_node(Some(&fifo), &n1);
+        assert!(loaded
+            .error
+            .unwrap()
+            .to_string()
+            .contains("not a regular file"));
+        assert!(t0.elapsed() < std::time::Duration::from_secs(1));
+        assert!(load(d.path(), None).is_err());
+    }
+}

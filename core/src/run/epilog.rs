@@ -1,0 +1,218 @@
+//! The Epilog run: the job's record (energy, peak memory, health deltas,
+//! Xids during the job), a drain when the job's GPUs broke meanwhile, the
+//! Prometheus textfile, and the end of the job's state files.
+//!
+//! Order: decide and act on the job's faults first (drain, else keep them
+//! pending), then store the record that says what was done, then remove
+//! the job's state files.
+
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::finding::Finding;
+use crate::ids::JobId;
+use crate::probe::{self, ProbeOptions};
+use crate::records::{
+    self, build_record, delta_findings, during_job, JobEnd, JobMeta, JobRecord, JobStart, Stored,
+    NO_START,
+};
+use crate::snapshot::NodeSnapshot;
+use crate::state::StateFile;
+use crate::xid::{self, Policy, RepeatHistory, XidEvent};
+
+use super::{act, prolog, JobEnv, RunContext};
+
+/// Start snapshots older than this belong to jobs whose Epilog never ran
+/// (longer than any sane time limit).
+const STALE_START: Duration = Duration::from_secs(60 * 86_400);
+
+/// What the epilog did.
+#[derive(Debug)]
+pub struct EpilogOutcome {
+    /// `None` for a job without GPUs on this node (nothing to measure).
+    pub record: Option<JobRecord>,
+    pub stored: Option<Stored>,
+}
+
+/// The Epilog of `job`. Never fails (an Epilog that exits non-zero makes
+/// Slurm drain the node with a vague reason).
+pub fn run(ctx: &RunContext, job: &JobEnv, meta: &JobMeta) -> EpilogOutcome {
+    for n in &job.notes {
+        log::warn!("{n}");
+    }
+    let out = finish_job(ctx, job, meta);
+    if let (Some(r), Some(stored)) = (&out.record, &out.stored) {
+        log::info!(
+            "job {} on {}: {} GPU(s), {:.0} J, record {stored:?}",
+            r.job_id,
+            r.node,
+            r.gpus.len(),
+            r.gpus.iter().filter_map(|g| g.energy_j).sum::<f64>()
+        );
+    }
+    out
+}
+
+fn finish_job(ctx: &RunContext, job: &JobEnv, meta: &JobMeta) -> EpilogOutcome {
+    let cfg = ctx.config();
+    prolog::flush_spool(ctx);
+    let nothing = EpilogOutcome {
+        record: None,
+        stored: None,
+    };
+    let Some(job_id) = job.job_id else {
+        log::warn!("no SLURM_JOB_ID: no job record");
+        return nothing;
+    };
+    let start = match ctx.state.load::<JobStart>(StateFile::JobStart(job_id)) {
+        Ok(Some(s)) if s.job_id == job_id => Ok(s),
+        Ok(Some(_)) => Err("start snapshot of another job under this job's name".to_string()),
+        Ok(None) => Err(NO_START.to_string()),
+        Err(e) => Err(format!("start snapshot unusable: {e}")),
+    };
+    let job_gpus = match (&job.job_gpus, &start) {
+        (g, _) if !g.is_empty() => g.clone(),
+        (_, Ok(s)) => s.job_gpus.clone(),
+        _ => Vec::new(),
+    };
+    if job_gpus.is_empty() {
+        remove_job_files(ctx, job_id);
+        return nothing;
+    }
+    let opts = ProbeOptions {
+        accounting_processes: true,
+        enable_accounting: false,
+        topology: false,
+    };
+    let deadline = Duration::from_millis(cfg.nvml_deadline_ms);
+    let snapshot = probe::probe_with_deadline(cfg.nvml_library.as_deref(), opts, deadline);
+    let xids = job_xids(cfg, &snapshot, &start, &job_gpus, ctx.now_ms);
+    let mut record = build_record(
+        start.as_ref().map_err(Clone::clone),
+        JobEnd {
+            job_id,
+            node: ctx.node.clone(),
+            meta,
+            end_ms: ctx.now_ms,
+            job_gpus: &job_gpus,
+            snapshot: &snapshot,
+            xids,
+        },
+    );
+    act_on_faults(ctx, job_id, &mut record);
+    let stored = match record.to_line() {
+        Ok(line) => records::store_line(&ctx.state, &cfg.records_dir(), ctx.now_ms, job_id, &line),
+        Err(e) => Stored::Lost {
+            why: format!("cannot serialise the record: {e}"),
+        },
+    };
+    if let Some(textfile) = &cfg.prometheus_textfile {
+        if let Err(e) = records::update_prometheus(&ctx.state, textfile, &record) {
+            log::warn!("prometheus textfile not updated: {e}");
+        }
+    }
+    remove_job_files(ctx, job_id);
+    for stale in ctx.state.stale_job_starts(STALE_START) {
+        if ctx.state.remove(StateFile::JobStart(stale)).is_ok() {
+            log::info!("removed the stale start snapshot of job {stale}");
+        }
+    }
+    EpilogOutcome {
+        record: Some(record),
+        stored: Some(stored),
+    }
+}
+
+/// Xid events on the job's GPUs since the prolog's cursor. The node's own
+/// cursor is not touched: the next node check judges them again.
+fn job_xids(
+    cfg: &Config,
+    snapshot: &NodeSnapshot,
+    start: &Result<JobStart, String>,
+    job_gpus: &[u32],
+    now_ms: u64,
+) -> Result<Vec<XidEvent>, String> {
+    let start = start.as_ref().map_err(|_| NO_START.to_string())?;
+    let cursor = start
+        .kernel_log_cursor
+        .as_ref()
+        .ok_or("the prolog had no kernel-log position")?;
+    let read = xid::read_since(&cfg.kernel_log, Some(cursor), &cfg.xid, snapshot, now_ms)
+        .map_err(|e| format!("kernel log unreadable: {e}"))?;
+    if read.restarted {
+        // Rotated, truncated or rebooted: the read began at the start of
+        // the log, so keep only events dated inside the job's window.
+        log::info!(
+            "kernel log restarted since job start: {}",
+            read.notes.join("; ")
+        );
+    }
+    let job_pcis: Vec<&str> = job_gpus
+        .iter()
+        .filter_map(|&i| {
+            snapshot
+                .gpu_by_index(i)
+                .and_then(|g| g.pci_bus_id.as_deref())
+                .or_else(|| start.gpu(i)?.pci.as_deref())
+        })
+        .collect();
+    Ok(read
+        .events
+        .into_iter()
+        .filter(|e| {
+            e.kind == xid::EventKind::Xid
+                && (!read.restarted || e.time_ms.is_some_and(|t| t >= start.start_ms))
+                && (e.gpu.is_some_and(|g| job_gpus.contains(&g))
+                    || e.pci.as_deref().is_some_and(|p| job_pcis.contains(&p)))
+        })
+        .collect())
+}
+
+/// Drain the node when a fatal Xid or a new uncorrectable ECC error hit
+/// the job's GPUs, else keep the finding pending; the record says which.
+fn act_on_faults(ctx: &RunContext, job_id: JobId, record: &mut JobRecord) {
+    let policy = Policy::from_config(&ctx.config().xid);
+    let job_text = job_id.to_string();
+    let mut findings: Vec<Finding> = xid::judge(
+        &record.xids,
+        &policy,
+        &mut RepeatHistory::default(),
+        ctx.now_ms,
+    )
+    .into_iter()
+    .map(|mut f| {
+        f.summary = during_job(&f.summary, &job_text);
+        f
+    })
+    .collect();
+    findings.extend(delta_findings(record));
+    let fresh_fault = findings.iter().any(|f| f.action.drains());
+    if !fresh_fault {
+        return;
+    }
+    for f in findings.iter().filter(|f| f.action.drains()) {
+        log::error!("job {job_id}: {}", f.message);
+    }
+    let view = crate::ops::pending::RunView {
+        now_ms: ctx.now_ms,
+        quiet_ms: ctx.config().recovery.quiet_ms(),
+        fresh_fault,
+        config_ok: ctx.config_ok(),
+    };
+    let outcome = act::act(ctx, &ctx.scontrol(), &findings, None, &view);
+    if outcome.drained() {
+        record.drained = outcome.decision.drain_reason.clone();
+    } else if let Some(why) = outcome.not_drained() {
+        record.drain_failed = Some(why.to_string());
+    }
+}
+
+/// The job is over: its verdict and start snapshot go (never through a
+/// symlinked jobs directory: the state module refuses it).
+fn remove_job_files(ctx: &RunContext, job_id: JobId) {
+    for f in [StateFile::JobStart(job_id), StateFile::JobVerdict(job_id)] {
+        if let Err(e) = ctx.state.remove(f) {
+            log::warn!("cannot remove {}: {e}", ctx.state.path_of(f).display());
+        }
+    }
+}

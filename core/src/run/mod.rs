@@ -1,0 +1,121 @@
+//! The runs of gpu-health, each written once: the Prolog ([`prolog`]),
+//! the health check ([`health_check`]), the Epilog ([`epilog`]), `gpu-health
+//! resume` ([`resume`]) and the read-only `gpu-health check` (through
+//! [`node_check`]). The binaries parse arguments and call these.
+//!
+//! Every run that may act goes the same way:
+//! 1. start ([`RunContext::start`]): node name, configuration, log target,
+//!    state directory, each checked once;
+//! 2. probe and judge ([`node_check`]): a snapshot, pure checks, the
+//!    kernel-log scan, the findings still pending from earlier runs;
+//! 3. decide ([`act::decide`], pure), then act ([`act::act`]): drain
+//!    through the brake, or keep what could not be acted on as pending;
+//! 4. commit: only now is anything marked as handled (the kernel-log
+//!    cursor and repeat history, [`node_check::commit`]).
+
+pub mod act;
+pub mod epilog;
+pub mod health_check;
+pub mod job_env;
+pub mod node_check;
+pub mod prolog;
+pub mod resume;
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::config::{self, Config, Loaded};
+use crate::ids::{self, NodeName};
+use crate::slurm::Scontrol;
+use crate::state::StateDir;
+
+pub use job_env::{JobEnv, MODE_ENV};
+
+/// Whether a run writes state or only reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateAccess {
+    /// Create the state directory when missing (Prolog, Epilog, health
+    /// check, resume).
+    Write,
+    /// Read what is there (`gpu-health check`, `xids`).
+    Read,
+}
+
+/// What every run starts from.
+pub struct RunContext {
+    pub node: NodeName,
+    pub loaded: Loaded,
+    pub state: StateDir,
+    /// Unix ms when the run started.
+    pub now_ms: u64,
+}
+
+impl RunContext {
+    /// Find the node name (`SLURMD_NODENAME`, else the host name), load
+    /// the configuration for it (`explicit`, else the environment's file;
+    /// drop-in and `%n` applied), point the log at the configured file,
+    /// open the state directory, and say loudly what is wrong with any of
+    /// them. Never fails: a bad configuration means the fallback is in
+    /// force and nothing drains; a bad state directory means empty state.
+    pub fn start(
+        env: impl Fn(&str) -> Option<String>,
+        explicit: Option<&Path>,
+        access: StateAccess,
+    ) -> RunContext {
+        let now_ms = crate::time::unix_ms();
+        let (node, node_note) = ids::this_node(&env);
+        let loaded = config::load_for_node(explicit, &node);
+        crate::logging::set_target(&node, loaded.config.log_file.as_deref());
+        if let Some(line) = loaded.error_line() {
+            log::error!("{line}");
+        }
+        if let Some(n) = node_note {
+            log::warn!("{n}");
+        }
+        let state = match access {
+            StateAccess::Write => StateDir::open(&loaded.config.state_dir),
+            StateAccess::Read => StateDir::open_existing(&loaded.config.state_dir),
+        };
+        match state.problem() {
+            Some(why) if access == StateAccess::Write => log::error!(
+                "gpu-health: state directory {} is unusable ({why}): running with empty state, \
+                 nothing read or saved there, nothing it holds can drain this node",
+                state.root().display()
+            ),
+            _ => {}
+        }
+        RunContext {
+            node,
+            loaded,
+            state,
+            now_ms,
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.loaded.config
+    }
+
+    pub fn config_ok(&self) -> bool {
+        self.loaded.ok()
+    }
+
+    /// scontrol for this run; its time budget (`scontrol_timeout_ms`, for
+    /// all Slurm commands of the run together) starts now.
+    pub fn scontrol(&self) -> Scontrol<'_> {
+        Scontrol::new(
+            &self.config().scontrol,
+            Duration::from_millis(self.config().scontrol_timeout_ms),
+        )
+    }
+}
+
+/// A run's outcome must never be a panic crossing into Slurm: a Prolog or
+/// Epilog that dies is a node drained with a vague reason. Runs `body`
+/// and turns a panic into `on_panic`, logged as gpu-health's own fault.
+pub fn guarded<T>(what: &str, on_panic: T, body: impl FnOnce() -> T) -> T {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or_else(|_| {
+        log::error!("internal error in {what}; no action taken for it");
+        on_panic
+    })
+}

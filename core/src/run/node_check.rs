@@ -1,0 +1,151 @@
+//! Probe the node and judge it: NVML (with its deadline), sysfs, the saved
+//! ECC history, the kernel log from the node's cursor, the RDMA ports and,
+//! for runs that may drain, the findings still pending from earlier runs.
+//! Nothing here acts or marks anything as handled; [`commit`] does, after
+//! the run has acted.
+
+use std::time::Duration;
+
+use crate::checks::{self, CheckInput, EccHistory};
+use crate::finding::Finding;
+use crate::ops::pending::{PendingDrain, RunView};
+use crate::probe::{self, ProbeOptions};
+use crate::snapshot::NodeSnapshot;
+use crate::state::StateFile;
+use crate::xid::{self, ScanOutcome, XidState};
+
+use super::RunContext;
+
+/// Everything one check run learned.
+pub struct NodeCheck {
+    pub snapshot: NodeSnapshot,
+    /// The run's own findings, then the pending ones it judges with them.
+    pub findings: Vec<Finding>,
+    /// The run itself found a draining fault (not only pending ones).
+    pub fresh_fault: bool,
+    pub history: EccHistory,
+    /// The saved ECC history was missing or unusable: rewrite it.
+    pub history_stale: bool,
+    pub xid: ScanOutcome,
+    /// What `StateFile::PendingDrain` held (for the run's update of it).
+    pub pending: Option<PendingDrain>,
+}
+
+/// Probe the node and run every check. Never fails: problems become
+/// findings or log lines.
+pub fn check_node(ctx: &RunContext, opts: ProbeOptions) -> NodeCheck {
+    let cfg = ctx.config();
+    let deadline = Duration::from_millis(cfg.nvml_deadline_ms);
+    let mut snapshot = probe::probe_with_deadline(cfg.nvml_library.as_deref(), opts, deadline);
+    snapshot.pci_gpus = probe::sysfs::nvidia_gpus_on_pci(&cfg.sysfs_root);
+    let (history, history_stale) = match ctx.state.load::<EccHistory>(StateFile::EccHistory) {
+        Ok(Some(h)) => (h, false),
+        Ok(None) => (EccHistory::default(), true),
+        Err(e) => {
+            log::warn!("ECC history unusable, starting a new one: {e}");
+            (EccHistory::default(), true)
+        }
+    };
+    let mut findings = checks::evaluate(&CheckInput {
+        snapshot: &snapshot,
+        config: cfg,
+        history: &history,
+        now_ms: ctx.now_ms,
+    });
+    let (xid_state, note) = match ctx.state.load::<XidState>(StateFile::KernelLogCursor) {
+        Ok(saved) => XidState::checked(saved),
+        Err(e) => (
+            XidState::fresh(),
+            Some(format!(
+                "Xid cursor unusable ({e}); starting over with the look-back"
+            )),
+        ),
+    };
+    if let Some(n) = note {
+        log::warn!("kernel log: {n}");
+    }
+    let xid = xid::scan(&cfg.kernel_log, xid_state, &cfg.xid, &snapshot, ctx.now_ms);
+    for n in &xid.notes {
+        log::warn!("kernel log: {n}");
+    }
+    findings.extend(xid.findings.iter().cloned());
+    findings.extend(crate::ops::rdma_ports::check_node_ports(
+        &cfg.rdma,
+        &cfg.sysfs_root,
+    ));
+    let fresh_fault = findings.iter().any(|f| f.action.drains());
+    NodeCheck {
+        snapshot,
+        findings,
+        fresh_fault,
+        history,
+        history_stale,
+        xid,
+        pending: None,
+    }
+}
+
+/// [`check_node`] plus the draining findings earlier runs could not act
+/// on: what the runs that may drain (prolog, health check) judge.
+pub fn check_node_for_drain(ctx: &RunContext, opts: ProbeOptions) -> NodeCheck {
+    let mut check = check_node(ctx, opts);
+    check.pending = match ctx.state.load::<PendingDrain>(StateFile::PendingDrain) {
+        Ok(p) => p,
+        Err(e) => {
+            log::error!("pending drain findings unreadable, ignoring them: {e}");
+            None
+        }
+    };
+    if let Some(p) = &check.pending {
+        let merged = p.to_merge(&check.findings, &view(ctx, &check));
+        for f in &merged {
+            log::warn!("{}: {}", f.check, f.message);
+        }
+        check.findings.extend(merged);
+    }
+    check
+}
+
+/// What the pending rules need to know about this run.
+pub fn view(ctx: &RunContext, check: &NodeCheck) -> RunView {
+    RunView {
+        now_ms: ctx.now_ms,
+        quiet_ms: ctx.config().recovery.quiet_ms(),
+        fresh_fault: check.fresh_fault,
+        config_ok: ctx.config_ok(),
+    }
+}
+
+/// After the run acted: save what later runs need. The ECC history and
+/// the latest snapshot (the SPANK plugin reads its topology) are
+/// measurements and always saved; the kernel-log cursor and repeat
+/// history mark Xid records as handled, so they are saved only when
+/// `handled` (the run's configuration was good and whatever it could not
+/// act on is kept as pending). Failures are logged.
+pub fn commit(ctx: &RunContext, check: &mut NodeCheck, handled: bool) {
+    let samples = check
+        .snapshot
+        .gpus
+        .iter()
+        .filter_map(|g| Some((g.uuid.clone()?, g.ecc?.aggregate_corrected)))
+        .collect::<Vec<_>>();
+    // At most one sample a minute: most runs leave the history as it is,
+    // and then it is not rewritten.
+    if check.history.record(samples, ctx.now_ms) || check.history_stale {
+        if let Err(e) = ctx.state.save(StateFile::EccHistory, &check.history) {
+            log::error!("cannot save the ECC history: {e}");
+        }
+    }
+    if let Err(e) = ctx.state.save(StateFile::NodeSnapshot, &check.snapshot) {
+        log::error!("cannot save the node snapshot: {e}");
+    }
+    if !handled {
+        log::warn!(
+            "kernel log: cursor not moved; the records this run could not act on are read again next time"
+        );
+        return;
+    }
+    if let Err(e) = ctx.state.save(StateFile::KernelLogCursor, &check.xid.state) {
+        log::error!("cannot save the kernel-log cursor: {e}");
+    }
+}

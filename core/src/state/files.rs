@@ -1,0 +1,124 @@
+//! Every file under `state_dir`, by what it holds: its name, its size
+//! cap, its mode and whether a write must reach the disk before the run
+//! goes on. No other module spells a state file name.
+
+use crate::ids::JobId;
+
+/// The per-job subdirectory (verdicts, start snapshots).
+pub(super) const JOBS_DIR: &str = "jobs";
+/// Job records that could not be appended yet.
+pub(super) const SPOOL_DIR: &str = "pending";
+/// The default records directory inside `state_dir`.
+pub const RECORDS_DIR: &str = "records";
+/// The records file inside the records directory.
+pub const RECORDS_FILE: &str = "jobs.jsonl";
+
+const START_SUFFIX: &str = ".start.json";
+
+/// A file under `state_dir`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateFile {
+    /// Where the node's kernel-log scan stopped, and the Xid repeat history.
+    KernelLogCursor,
+    /// Corrected-ECC samples for the growth-rate check.
+    EccHistory,
+    /// The latest node snapshot (the SPANK plugin reads its topology).
+    NodeSnapshot,
+    /// The drain gpu-health made on this node.
+    DrainRecord,
+    /// Draining findings no run could act on yet, with why.
+    PendingDrain,
+    /// The latest job records, for the Prometheus textfile.
+    RecentJobs,
+    /// The prolog's verdict on a job (read by the SPANK plugin).
+    JobVerdict(JobId),
+    /// The job's counters at start (read by the epilog).
+    JobStart(JobId),
+    /// A job record waiting to be appended to the records file.
+    SpooledRecord { end_ms: u64, job: JobId },
+}
+
+impl StateFile {
+    /// The subdirectory the file lives in, if not `state_dir` itself.
+    pub(super) fn subdir(self) -> Option<&'static str> {
+        match self {
+            StateFile::JobVerdict(_) | StateFile::JobStart(_) => Some(JOBS_DIR),
+            StateFile::SpooledRecord { .. } => Some(SPOOL_DIR),
+            _ => None,
+        }
+    }
+
+    pub(super) fn name(self) -> String {
+        match self {
+            StateFile::KernelLogCursor => "kernel-log-cursor.json".into(),
+            StateFile::EccHistory => "ecc-history.json".into(),
+            StateFile::NodeSnapshot => "node-snapshot.json".into(),
+            StateFile::DrainRecord => "drain.json".into(),
+            StateFile::PendingDrain => "pending-drain.json".into(),
+            StateFile::RecentJobs => "recent-jobs.json".into(),
+            StateFile::JobVerdict(job) => format!("{job}.json"),
+            StateFile::JobStart(job) => format!("{job}{START_SUFFIX}"),
+            StateFile::SpooledRecord { end_ms, job } => format!("{end_ms:013}-{job}.json"),
+        }
+    }
+
+    /// Far above what gpu-health writes (a few KiB to a few hundred KiB);
+    /// a larger file is not ours and is refused unread.
+    pub(super) fn max_bytes(self) -> u64 {
+        match self {
+            StateFile::SpooledRecord { .. } => 1 << 20,
+            StateFile::RecentJobs => 16 << 20,
+            _ => 4 << 20,
+        }
+    }
+
+    /// Written with fsync: what must survive a power loss (a drain, a
+    /// finding not acted on, a record). The cursor is not synced: an older
+    /// one after a crash rereads a few records, the safe direction.
+    pub(super) fn durable(self) -> bool {
+        matches!(
+            self,
+            StateFile::DrainRecord | StateFile::PendingDrain | StateFile::SpooledRecord { .. }
+        )
+    }
+
+    /// The job whose start snapshot has this file name.
+    pub(super) fn parse_job_start(name: &str) -> Option<JobId> {
+        JobId::parse(name.strip_suffix(START_SUFFIX)?).ok()
+    }
+
+    /// The spooled record with this file name.
+    pub(super) fn parse_spooled(name: &str) -> Option<StateFile> {
+        let (end, job) = name.strip_suffix(".json")?.split_once('-')?;
+        if end.len() != 13 || !end.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some(StateFile::SpooledRecord {
+            end_ms: end.parse().ok()?,
+            job: JobId::parse(job).ok()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        let job = JobId::from(42);
+        assert_eq!(StateFile::JobVerdict(job).name(), "42.json");
+        assert_eq!(StateFile::JobStart(job).name(), "42.start.json");
+        assert_eq!(StateFile::parse_job_start("42.start.json"), Some(job));
+        assert_eq!(StateFile::parse_job_start("42.json"), None);
+        assert_eq!(StateFile::parse_job_start("../42.start.json"), None);
+        let spooled = StateFile::SpooledRecord {
+            end_ms: 1_700_000_000_000,
+            job,
+        };
+        assert_eq!(spooled.name(), "1700000000000-42.json");
+        assert_eq!(StateFile::parse_spooled(&spooled.name()), Some(spooled));
+        assert_eq!(StateFile::parse_spooled("17-42.json"), None);
+        assert_eq!(StateFile::parse_spooled("1700000000000-x.json"), None);
+    }
+}

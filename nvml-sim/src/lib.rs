@@ -7,9 +7,10 @@
 //! directory of the loaded library file. Format: docs/nvml-sim.md.
 
 pub mod abi;
+pub mod exports;
 pub mod ffi;
 pub mod runtime;
 pub mod scenario;
 
-pub use ffi::EXPORTED_FUNCTIONS;
+pub use exports::EXPORTED_FUNCTIONS;
 pub use scenario::{Scenario, ScenarioError};

@@ -1,6 +1,8 @@
 //! The exported NVML functions. Every one runs its body through [`guard`]
 //! so that no panic crosses the C boundary, checks its pointers, and
-//! answers with nvml.h's return codes.
+//! answers with nvml.h's return codes. Each one is also named in
+//! [`crate::exports::EXPORTED_FUNCTIONS`]; a unit test there checks the
+//! list against the `#[no_mangle]` functions.
 //!
 //! The functions are `unsafe extern "C"` with nvml.h's signatures; their
 //! safety contract is nvml.h's (valid, writable out-pointers of the
@@ -22,65 +24,6 @@ use crate::scenario::{Gpu, Scenario};
 use std::os::raw::{c_char, c_uint};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// Every function this library exports (names usable in a scenario's
-/// `hangs` and `not_supported`).
-pub const EXPORTED_FUNCTIONS: &[&str] = &[
-    "nvmlInit",
-    "nvmlInit_v2",
-    "nvmlInitWithFlags",
-    "nvmlShutdown",
-    "nvmlErrorString",
-    "nvmlSystemGetDriverVersion",
-    "nvmlSystemGetNVMLVersion",
-    "nvmlSystemGetCudaDriverVersion",
-    "nvmlSystemGetCudaDriverVersion_v2",
-    "nvmlDeviceGetCount",
-    "nvmlDeviceGetCount_v2",
-    "nvmlDeviceGetHandleByIndex",
-    "nvmlDeviceGetHandleByIndex_v2",
-    "nvmlDeviceGetHandleByUUID",
-    "nvmlDeviceGetHandleByPciBusId",
-    "nvmlDeviceGetHandleByPciBusId_v2",
-    "nvmlDeviceGetIndex",
-    "nvmlDeviceGetUUID",
-    "nvmlDeviceGetName",
-    "nvmlDeviceGetSerial",
-    "nvmlDeviceGetMinorNumber",
-    "nvmlDeviceGetPciInfo",
-    "nvmlDeviceGetPciInfo_v2",
-    "nvmlDeviceGetPciInfo_v3",
-    "nvmlDeviceGetMemoryInfo",
-    "nvmlDeviceGetMemoryInfo_v2",
-    "nvmlDeviceGetTemperature",
-    "nvmlDeviceGetPowerUsage",
-    "nvmlDeviceGetEnforcedPowerLimit",
-    "nvmlDeviceGetPowerManagementLimit",
-    "nvmlDeviceGetPowerManagementDefaultLimit",
-    "nvmlDeviceGetTotalEnergyConsumption",
-    "nvmlDeviceGetPersistenceMode",
-    "nvmlDeviceGetCurrPcieLinkGeneration",
-    "nvmlDeviceGetCurrPcieLinkWidth",
-    "nvmlDeviceGetMaxPcieLinkGeneration",
-    "nvmlDeviceGetMaxPcieLinkWidth",
-    "nvmlDeviceGetPcieReplayCounter",
-    "nvmlDeviceGetTotalEccErrors",
-    "nvmlDeviceGetEccMode",
-    "nvmlDeviceGetFieldValues",
-    "nvmlDeviceGetRemappedRows",
-    "nvmlDeviceGetRetiredPagesPendingStatus",
-    "nvmlDeviceGetCurrentClocksThrottleReasons",
-    "nvmlDeviceGetCurrentClocksEventReasons",
-    "nvmlDeviceGetNvLinkState",
-    "nvmlDeviceGetNvLinkErrorCounter",
-    "nvmlDeviceGetTopologyCommonAncestor",
-    "nvmlDeviceGetP2PStatus",
-    "nvmlDeviceGetAccountingMode",
-    "nvmlDeviceSetAccountingMode",
-    "nvmlDeviceGetAccountingBufferSize",
-    "nvmlDeviceGetAccountingPids",
-    "nvmlDeviceGetAccountingStats",
-];
 
 type CallResult = Result<(), NvmlReturn>;
 

@@ -4,7 +4,7 @@
 use super::model::{Gpu, NvLinkTopology, PciAddress, Scenario, Topology, MAX_GPUS};
 use super::spec::{GpuSpec, ReturnCodeSpec, ScenarioFile, TopologyFull, TopologySpec, BUILTIN_GPU};
 use crate::abi::{NVML_NVLINK_MAX_LINKS, RETURN_CODE_NAMES, TOPOLOGY_LEVEL_NAMES};
-use crate::ffi::EXPORTED_FUNCTIONS;
+use crate::exports::EXPORTED_FUNCTIONS;
 use serde_json::Value;
 use std::collections::{BTreeSet, HashSet};
 

@@ -140,11 +140,14 @@ fn leak(text: &str) -> &'static CStr {
 fn load_scenario() -> Result<Scenario, (NvmlReturn, String)> {
     let path = scenario_path().map_err(|why| (NVML_ERROR_DRIVER_NOT_LOADED, why))?;
     Scenario::load(&path).map_err(|err| match err {
-        ScenarioError::Read { .. } => (
+        // Nothing usable at the path: the same answer as for a missing file.
+        ScenarioError::Read { .. } | ScenarioError::NotRegularFile { .. } => (
             NVML_ERROR_DRIVER_NOT_LOADED,
             format!("no scenario ({SCENARIO_ENV} unset or empty uses <library dir>/{SCENARIO_FILE_NAME}): {err}"),
         ),
-        ScenarioError::Invalid { .. } => (NVML_ERROR_UNKNOWN, err.to_string()),
+        ScenarioError::TooLarge { .. } | ScenarioError::Invalid { .. } => {
+            (NVML_ERROR_UNKNOWN, err.to_string())
+        }
     })
 }
 

@@ -174,7 +174,7 @@ max_drained_fraction = 0.25"
     for node in $(gh_nodes); do
         if [[ $(gh_node_state "$node") != *drain* ]]; then
             grep -q "drain brake" "$(gh_gpu_health_log "$node")" 2>/dev/null && held=$((held + 1))
-            assert_file "$GH_DIR/$node/state/held-back.json" "$node keeps its held-back finding"
+            assert_file "$GH_DIR/$node/state/pending-drain.json" "$node keeps its held-back finding as pending"
         fi
     done
     assert_eq "$held" $((n - drained)) "every node left in service logged the brake"

@@ -31,15 +31,15 @@ pub fn check_step_layout(
             "--tp-size={tp} is larger than the {gpus} GPUs of a node: a tensor-parallel group must fit on one node (use --tp-size<={gpus} and pipeline or data parallelism across nodes)"
         ));
     }
-    if !total_tasks.is_multiple_of(tp) {
+    if total_tasks % tp != 0 {
         return Err(format!(
             "{total_tasks} tasks do not form whole tensor-parallel groups of {tp}: use a task count that is a multiple of {tp}, e.g. --ntasks={}",
             total_tasks.div_ceil(tp) * tp
         ));
     }
-    if nnodes > 0 && total_tasks.is_multiple_of(nnodes) {
+    if nnodes > 0 && total_tasks % nnodes == 0 {
         let per_node = total_tasks / nnodes;
-        if !per_node.is_multiple_of(tp) {
+        if per_node % tp != 0 {
             let fix = if per_node < tp {
                 format!(
                     "--ntasks-per-node={tp} with -N{}",

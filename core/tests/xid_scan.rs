@@ -490,3 +490,23 @@ fn fallen_off_line_without_its_header_still_counts() {
     assert_eq!(s.findings.len(), 1);
     assert_eq!(s.findings[0].summary, "Xid 79 GPU5 0000:c1:00.0 pid=2210");
 }
+
+#[test]
+fn a_kernel_log_that_is_no_log_is_an_error_not_a_hang() {
+    let e = env();
+    let fifo = e.log.with_file_name("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let dir = e.log.with_file_name("a-directory");
+    std::fs::create_dir(&dir).unwrap();
+    let t0 = std::time::Instant::now();
+    for p in [fifo.as_path(), &dir, Path::new("/dev/zero"), Path::new("/dev/null")] {
+        let r = read_since(p, None, &e.cfg, &snapshot(), NOW_MS);
+        let err = r.expect_err("not a kernel log").to_string();
+        assert!(err.contains("neither /dev/kmsg nor a regular file"), "{err}");
+        let s = scan(p, &e.cursor, &e.cfg, &snapshot(), NOW_MS);
+        assert_eq!(s.findings[0].summary, "kernel log unreadable");
+    }
+    assert!(t0.elapsed() < std::time::Duration::from_secs(1));
+}

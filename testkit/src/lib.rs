@@ -26,6 +26,44 @@ pub fn sim_library() -> PathBuf {
         .expect("libnvml_sim.so not built: run `cargo build -p nvml-sim` first")
 }
 
+/// The program a test runs: `built` (a `CARGO_BIN_EXE_*` path), or the
+/// file of the same name in `$GPU_HEALTH_TEST_BIN_DIR` when that is set,
+/// so the same tests can run against another build (an older commit, the
+/// installed package).
+pub fn program(built: &str) -> PathBuf {
+    let built = PathBuf::from(built);
+    match (std::env::var_os("GPU_HEALTH_TEST_BIN_DIR"), built.file_name()) {
+        (Some(dir), Some(name)) if !dir.is_empty() => Path::new(&dir).join(name),
+        _ => built,
+    }
+}
+
+/// A binary of another package of this workspace, from the running test's
+/// profile directory, built first when missing (see [`program`] for the
+/// override).
+pub fn workspace_binary(package: &str, name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("profile dir")
+        .to_path_buf();
+    let path = profile.join(name);
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-p", package]);
+        if profile.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        assert!(
+            cmd.status().expect("run cargo build").success(),
+            "cargo build -p {package} failed"
+        );
+    }
+    program(&path.to_string_lossy())
+}
+
 /// A shipped scenario file, by name without `.json`.
 pub fn scenario(name: &str) -> PathBuf {
     workspace()

@@ -65,7 +65,7 @@ pub struct Config {
     /// brake's settle wait together: bounds how long a draining Prolog
     /// holds a job start.
     pub scontrol_timeout_ms: u64,
-    /// Extra log file (the log also goes to stderr and syslog).
+    /// Extra log file (the log always goes to stderr, which slurmd drops).
     pub log_file: Option<PathBuf>,
     pub thresholds: Thresholds,
     pub xid: XidConfig,

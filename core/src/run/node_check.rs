@@ -140,9 +140,11 @@ pub fn commit(ctx: &RunContext, check: &mut NodeCheck, handled: bool) {
         log::error!("cannot save the node snapshot: {e}");
     }
     if !handled {
-        log::warn!(
-            "kernel log: cursor not moved; the records this run could not act on are read again next time"
-        );
+        if !check.xid.events.is_empty() {
+            log::warn!(
+                "kernel log: cursor not moved; the records this run could not act on are read again next time"
+            );
+        }
         return;
     }
     if let Err(e) = ctx.state.save(StateFile::KernelLogCursor, &check.xid.state) {

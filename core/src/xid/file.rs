@@ -37,7 +37,7 @@ pub(crate) fn read_file(
     let mut out = LogRead::empty();
     let mut asm = Assembler::new(FALLEN_OFF_WINDOW_BYTES, ctx);
     let start = match since {
-        None => 0,
+        None => first_scan_start(&file, path, len, &mut out)?,
         Some(c @ Cursor::File { dev: d, ino: i, .. }) if (*d, *i) == (dev, ino) => {
             resume_offset(&file, path, len, c, &mut out)?
         }
@@ -69,6 +69,35 @@ pub(crate) fn read_file(
         tail_hash: fnv1a(&tail),
     });
     Ok(out)
+}
+
+/// A first scan (no cursor) judges only the look-back; a log file of
+/// years would still be read whole. It starts this far from the end (a
+/// busy node writes far less in a day); with a cursor every byte after it
+/// is read, however many.
+const FIRST_SCAN_BYTES: u64 = 256 << 20;
+
+/// Where a first scan starts: the start of the first whole line of the
+/// last [`FIRST_SCAN_BYTES`].
+fn first_scan_start(
+    file: &File,
+    path: &Path,
+    len: u64,
+    out: &mut LogRead,
+) -> std::io::Result<u64> {
+    if len <= FIRST_SCAN_BYTES {
+        return Ok(0);
+    }
+    let from = len - FIRST_SCAN_BYTES;
+    let probe = read_exact_at(file, from, 64 << 10)?;
+    let start = memchr::memchr(b'\n', &probe).map_or(from, |i| from + i as u64 + 1);
+    out.notes.push(format!(
+        "first scan of {} ({} MiB): only its last {} MiB are read",
+        path.display(),
+        len >> 20,
+        FIRST_SCAN_BYTES >> 20
+    ));
+    Ok(start)
 }
 
 /// Where to go on in the same file: the saved offset, unless the file

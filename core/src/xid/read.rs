@@ -49,15 +49,23 @@ pub fn read_source(
                 source,
             };
             let meta = std::fs::metadata(path).map_err(io)?;
-            if meta.file_type().is_char_device() {
-                let mut dev = KmsgDevice::open(path).map_err(io)?;
-                read_ring(&mut dev, since, cfg, now).map_err(io)?
-            } else {
-                let ctx = TimeContext {
-                    boot_ms: None,
-                    now_ms: now,
-                };
-                read_file(path, since, ctx).map_err(io)?
+            match source_kind(&meta) {
+                Some(Kind::Kmsg) => {
+                    let mut dev = KmsgDevice::open(path).map_err(io)?;
+                    read_ring(&mut dev, since, cfg, now).map_err(io)?
+                }
+                Some(Kind::File) => {
+                    let ctx = TimeContext {
+                        boot_ms: None,
+                        now_ms: now,
+                    };
+                    read_file(path, since, ctx).map_err(io)?
+                }
+                None => {
+                    return Err(io(std::io::Error::other(
+                        "neither /dev/kmsg nor a regular file (a FIFO, a directory or another device is not a kernel log)",
+                    )))
+                }
             }
         }
         LogSource::Kmsg(ring) => {
@@ -111,6 +119,28 @@ fn read_ring(
     notes.append(&mut out.notes);
     out.notes = notes;
     Ok(out)
+}
+
+enum Kind {
+    Kmsg,
+    File,
+}
+
+/// /dev/kmsg is character device 1:11; any other device could be read
+/// for ever (/dev/zero) or be a disk, and a FIFO blocks.
+const KMSG_RDEV: (u64, u64) = (1, 11);
+
+fn source_kind(meta: &std::fs::Metadata) -> Option<Kind> {
+    use std::os::unix::fs::MetadataExt;
+    let ft = meta.file_type();
+    if ft.is_file() {
+        return Some(Kind::File);
+    }
+    let rdev = meta.rdev();
+    // glibc's gnu_dev_major/minor encoding.
+    let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
+    let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
+    (ft.is_char_device() && (major, minor) == KMSG_RDEV).then_some(Kind::Kmsg)
 }
 
 /// `/proc/uptime`: `12345.67 54321.00`.

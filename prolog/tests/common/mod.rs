@@ -55,7 +55,9 @@ impl Node {
 
     /// The prolog command as slurmd would start it for `job`.
     pub fn command(&self, job: &str, gpus: &str) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_gpu-health-prolog"));
+        let mut c = Command::new(gpu_health_testkit::program(env!(
+            "CARGO_BIN_EXE_gpu-health-prolog"
+        )));
         c.env_clear()
             .env("GPU_HEALTH_CONFIG", self.path("gpu-health.toml"))
             .env("SLURMD_NODENAME", "n1")

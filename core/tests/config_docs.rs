@@ -10,7 +10,9 @@ use std::path::PathBuf;
 use gpu_health_core::config::{self, Config};
 
 fn doc(path: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -309,7 +311,10 @@ fn xid_rule_ranges_are_documented() {
         ("xid.rules.repeat", "docs/xid-policy.md"),
         ("xid.rules.window_minutes", "docs/xid-policy.md"),
         ("xid.rules.repeat", "packaging/man/gpu-health.toml.5"),
-        ("xid.rules.window_minutes", "packaging/man/gpu-health.toml.5"),
+        (
+            "xid.rules.window_minutes",
+            "packaging/man/gpu-health.toml.5",
+        ),
     ] {
         let r = config::range_of(key).unwrap().describe();
         assert!(doc(file).contains(&r), "{file}: {key} {r}");

@@ -501,10 +501,18 @@ fn a_kernel_log_that_is_no_log_is_an_error_not_a_hang() {
     let dir = e.log.with_file_name("a-directory");
     std::fs::create_dir(&dir).unwrap();
     let t0 = std::time::Instant::now();
-    for p in [fifo.as_path(), &dir, Path::new("/dev/zero"), Path::new("/dev/null")] {
+    for p in [
+        fifo.as_path(),
+        &dir,
+        Path::new("/dev/zero"),
+        Path::new("/dev/null"),
+    ] {
         let r = read_since(p, None, &e.cfg, &snapshot(), NOW_MS);
         let err = r.expect_err("not a kernel log").to_string();
-        assert!(err.contains("neither /dev/kmsg nor a regular file"), "{err}");
+        assert!(
+            err.contains("neither /dev/kmsg nor a regular file"),
+            "{err}"
+        );
         let s = scan(p, &e.cursor, &e.cfg, &snapshot(), NOW_MS);
         assert_eq!(s.findings[0].summary, "kernel log unreadable");
     }

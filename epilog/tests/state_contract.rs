@@ -44,7 +44,11 @@ fn run(n: &SimNode, program: &Path, job: &str) -> (i32, String) {
 }
 
 fn prolog(n: &SimNode, job: &str) -> (i32, String) {
-    run(n, &workspace_binary("gpu-health-prolog", "gpu-health-prolog"), job)
+    run(
+        n,
+        &workspace_binary("gpu-health-prolog", "gpu-health-prolog"),
+        job,
+    )
 }
 
 fn epilog(n: &SimNode, job: &str) -> (i32, String) {
@@ -73,14 +77,21 @@ fn a_symlinked_jobs_dir_is_neither_trusted_nor_deleted_through() {
     std::fs::rename(n.path("state/jobs"), &theirs).unwrap();
     std::os::unix::fs::symlink(&theirs, n.path("state/jobs")).unwrap();
     let start = theirs.join("42.start.json");
-    let mut forged: Value = serde_json::from_str(&std::fs::read_to_string(&start).unwrap()).unwrap();
+    let mut forged: Value =
+        serde_json::from_str(&std::fs::read_to_string(&start).unwrap()).unwrap();
     forged["start_ms"] = 1.into();
     std::fs::write(&start, forged.to_string()).unwrap();
     epilog(&n, "42");
     let r = &records(&n)[0];
-    assert_eq!(r["start_snapshot_missing"], true, "the forged start is not used: {r}");
+    assert_eq!(
+        r["start_snapshot_missing"], true,
+        "the forged start is not used: {r}"
+    );
     assert!(start.exists(), "nothing deleted through the link");
-    assert!(theirs.join("42.json").exists(), "nothing deleted through the link");
+    assert!(
+        theirs.join("42.json").exists(),
+        "nothing deleted through the link"
+    );
 }
 
 #[test]

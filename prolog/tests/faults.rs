@@ -227,7 +227,11 @@ fn ten_million_line_kernel_log_and_garbage() {
         Some("gpu-health: Xid 48 GPU3 0000:5d:00.0 pid=77 (drain)")
     );
     assert!(r.elapsed < Duration::from_secs(30), "{:?}", r.elapsed);
-    assert!(r.log.contains("only its last 256 MiB are read"), "{}", r.log);
+    assert!(
+        r.log.contains("only its last 256 MiB are read"),
+        "{}",
+        r.log
+    );
     // The drain failed (no scontrol here): the Xid is kept as pending and
     // the cursor is at the end, so the next run reads nothing old but
     // still drains for it.

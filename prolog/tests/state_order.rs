@@ -67,7 +67,13 @@ fn a_failing_or_hanging_scontrol_loses_nothing() {
     for how in [Scontrol::Fails, Scontrol::Hangs] {
         for health in [false, true] {
             let n = node(how, "");
-            let run = |n: &Node| if health { health_check(n) } else { n.prolog("5", "0") };
+            let run = |n: &Node| {
+                if health {
+                    health_check(n)
+                } else {
+                    n.prolog("5", "0")
+                }
+            };
             assert_eq!(run(&n).code, 0, "{how:?} health={health}");
             std::fs::write(n.path("kernel.log"), XID79).unwrap();
             let r = run(&n);
@@ -113,7 +119,10 @@ fn a_state_dir_others_can_write_is_not_read() {
     assert_eq!(r.code, 0, "{}", r.log);
     assert_eq!(n.drained_reason(), None, "{}", r.log);
     assert!(r.log.contains("writable"), "said loudly: {}", r.log);
-    assert!(n.path("state/pending-drain.json").exists(), "and not deleted");
+    assert!(
+        n.path("state/pending-drain.json").exists(),
+        "and not deleted"
+    );
 }
 
 #[test]
@@ -154,7 +163,11 @@ fn the_draining_prolog_is_bounded_by_the_deadline_and_the_slurm_budget() {
     let s = n.scontrol(Scontrol::Hangs);
     n.write_dropin(&format!("scontrol = {s:?}\n"));
     let r = n.prolog("9", "3");
-    assert_eq!(r.code, 0, "held back (fail safe), the job is warned: {}", r.log);
+    assert_eq!(
+        r.code, 0,
+        "held back (fail safe), the job is warned: {}",
+        r.log
+    );
     assert!(
         r.elapsed < Duration::from_millis(1500 + 3000),
         "{:?}",

@@ -32,7 +32,10 @@ pub fn sim_library() -> PathBuf {
 /// installed package).
 pub fn program(built: &str) -> PathBuf {
     let built = PathBuf::from(built);
-    match (std::env::var_os("GPU_HEALTH_TEST_BIN_DIR"), built.file_name()) {
+    match (
+        std::env::var_os("GPU_HEALTH_TEST_BIN_DIR"),
+        built.file_name(),
+    ) {
         (Some(dir), Some(name)) if !dir.is_empty() => Path::new(&dir).join(name),
         _ => built,
     }

@@ -79,12 +79,7 @@ const FIRST_SCAN_BYTES: u64 = 256 << 20;
 
 /// Where a first scan starts: the start of the first whole line of the
 /// last [`FIRST_SCAN_BYTES`].
-fn first_scan_start(
-    file: &File,
-    path: &Path,
-    len: u64,
-    out: &mut LogRead,
-) -> std::io::Result<u64> {
+fn first_scan_start(file: &File, path: &Path, len: u64, out: &mut LogRead) -> std::io::Result<u64> {
     if len <= FIRST_SCAN_BYTES {
         return Ok(0);
     }

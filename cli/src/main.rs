@@ -19,7 +19,7 @@ commands:
                             exit 0 healthy, 1 fatal finding, 2 usage/config error
   xids [--json] [--no-probe] [FILE]
                             list NVIDIA Xid events in FILE or the configured kernel log
-  report [--job ID] [--user NAME] [--since DATE] [--json|--csv]
+  report [--job ID] [--user NAME] [--since DATE] [--json|--csv] [--dir DIR]
                             per-job GPU energy, peak memory, health deltas
   health-check              the HealthCheckProgram run: checks, drains, automatic return
   resume NODE [--force]     on NODE itself: re-run the checks, resume a gpu-health drain if clean

@@ -2,12 +2,13 @@
 //! from the records the epilogs wrote (summed across nodes when the
 //! records directory is shared).
 
-use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::fmt::{self, Write as _};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
 
 use gpu_health_core::config::Config;
-use gpu_health_core::records::{self, JobSummary};
-use gpu_health_core::time::format_utc_ms;
+use gpu_health_core::records::{self, GpuRecord, GpuSink, JobSummary, ReportFilter, SummaryGpu};
+use gpu_health_core::time::{format_utc_ms, parse_since};
 
 const USAGE: &str = "\
 usage: gpu-health report [--job ID] [--user NAME] [--since DATE] [--json|--csv] [--dir DIR]
@@ -19,15 +20,22 @@ usage: gpu-health report [--job ID] [--user NAME] [--since DATE] [--json|--csv] 
   --json         one object per job (JSON array), with its GPUs
   --csv          one line per job
   --dir DIR      records directory (default: records_dir of the configuration)
+  -h, --help     this text
+
+Options take their value as `--job 42` or `--job=42`.
 ";
 
 #[derive(Debug, Default, PartialEq)]
 struct Args {
-    job: Option<String>,
-    user: Option<String>,
-    since_ms: Option<u64>,
+    filter: ReportFilter,
     format: Format,
     dir: Option<PathBuf>,
+}
+
+#[derive(Debug, PartialEq)]
+enum Command {
+    Help,
+    Report(Args),
 }
 
 #[derive(Debug, Default, PartialEq, Clone, Copy)]
@@ -38,72 +46,115 @@ enum Format {
     Csv,
 }
 
-fn parse_args(args: &[String]) -> Result<Args, String> {
+/// The value of `option`. A separate word that looks like an option is
+/// taken as a forgotten value (`--job --user bob`), not as the value;
+/// `--job=-x` passes such a value on purpose.
+fn value(p: &mut lexopt::Parser, option: &str) -> Result<String, String> {
+    let v = match p.optional_value() {
+        Some(v) => v,
+        None => {
+            let v = p
+                .value()
+                .map_err(|_| format!("option '{option}' needs a value"))?;
+            if v.to_string_lossy().starts_with('-') && v.len() > 1 {
+                return Err(format!(
+                    "option '{option}' needs a value, found option {v:?} \
+                     (write {option}=VALUE for a value that starts with '-')"
+                ));
+            }
+            v
+        }
+    };
+    v.into_string()
+        .map_err(|v| format!("option '{option}': value {v:?} is not UTF-8"))
+}
+
+fn set_format(out: &mut Args, format: Format) -> Result<(), String> {
+    if out.format != Format::Table && out.format != format {
+        return Err("--json and --csv exclude each other".into());
+    }
+    out.format = format;
+    Ok(())
+}
+
+fn parse_args(args: &[String]) -> Result<Command, String> {
+    use lexopt::Arg::{Long, Short};
     let mut out = Args::default();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        match a.as_str() {
-            "--job" => out.job = Some(value("--job")?),
-            "--user" => out.user = Some(value("--user")?),
-            "--since" => {
-                out.since_ms = Some(gpu_health_core::time::parse_since(&value("--since")?)?)
+    let mut p = lexopt::Parser::from_args(args.iter());
+    while let Some(arg) = p.next().map_err(|e| e.to_string())? {
+        match arg {
+            Long("help") | Short('h') => return Ok(Command::Help),
+            Long("job") => out.filter.job = Some(value(&mut p, "--job")?),
+            Long("user") => out.filter.user = Some(value(&mut p, "--user")?),
+            Long("since") => {
+                let since = parse_since(&value(&mut p, "--since")?)
+                    .map_err(|e| format!("option '--since': {e}"))?;
+                out.filter.since_ms = Some(since);
             }
-            "--dir" => out.dir = Some(PathBuf::from(value("--dir")?)),
-            "--json" | "--csv" if out.format != Format::Table => {
-                return Err("--json and --csv exclude each other".into())
-            }
-            "--json" => out.format = Format::Json,
-            "--csv" => out.format = Format::Csv,
-            other => return Err(format!("unknown argument {other:?}")),
+            Long("dir") => out.dir = Some(PathBuf::from(value(&mut p, "--dir")?)),
+            Long("json") => set_format(&mut out, Format::Json)?,
+            Long("csv") => set_format(&mut out, Format::Csv)?,
+            _ => return Err(arg.unexpected().to_string()),
         }
     }
-    Ok(out)
+    Ok(Command::Report(out))
 }
 
 pub fn run(args: &[String], cfg: &Config) -> i32 {
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{USAGE}");
-        return 0;
-    }
     let args = match parse_args(args) {
-        Ok(a) => a,
+        Ok(Command::Help) => {
+            print!("{USAGE}");
+            return 0;
+        }
+        Ok(Command::Report(a)) => a,
         Err(e) => {
-            eprintln!("gpu-health report: {e}\n\n{USAGE}");
+            eprintln!("gpu-health report: {}\n\n{USAGE}", Term(&e));
             return 2;
         }
     };
     let dir = args.dir.clone().unwrap_or_else(|| cfg.records_dir());
-    let read = records::read_records(&dir);
+    // Each format keeps only what it shows of the GPUs (see GpuSink).
+    match args.format {
+        Format::Json => report::<Vec<SummaryGpu>>(&dir, &args.filter, write_json),
+        Format::Csv => report::<GpuCount>(&dir, &args.filter, write_csv),
+        Format::Table => report::<TableGpus>(&dir, &args.filter, write_table),
+    }
+}
+
+/// Reads the jobs, writes them with `write` to stdout; the exit status.
+fn report<G: GpuSink>(
+    dir: &Path,
+    filter: &ReportFilter,
+    write: fn(&mut dyn Write, &[JobSummary<G>]) -> io::Result<()>,
+) -> i32 {
+    let read = records::read_jobs::<G>(dir, filter);
     for e in &read.errors {
-        eprintln!("gpu-health report: {e}");
+        eprintln!("gpu-health report: {}", Term(e));
     }
     if read.malformed > 0 {
+        // Lines that cannot hold the job or user are not parsed at all.
+        let checked = if filter.job.is_some() || filter.user.is_some() {
+            " (of the lines that could match the filter)"
+        } else {
+            ""
+        };
         eprintln!(
-            "gpu-health report: skipped {} malformed line(s) in {}",
+            "gpu-health report: skipped {} malformed line(s) in {}{checked}",
             read.malformed,
             dir.display()
         );
     }
-    let jobs: Vec<JobSummary> = records::summarize(&read.records)
-        .into_iter()
-        .filter(|j| args.job.as_ref().is_none_or(|id| *id == j.job_id))
-        .filter(|j| args.user.is_none() || j.user == args.user)
-        .filter(|j| args.since_ms.is_none_or(|s| j.end_ms >= s))
-        .collect();
-    let text = match args.format {
-        Format::Json => serde_json::to_string_pretty(&jobs)
-            .map(|s| s + "\n")
-            .unwrap_or_default(),
-        Format::Csv => csv(&jobs),
-        Format::Table => table(&jobs),
-    };
-    print!("{text}");
-    if jobs.is_empty() && args.job.is_some() {
+    let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
+    match write(&mut out, &read.jobs).and_then(|()| out.flush()) {
+        Ok(()) => {}
+        // The reader went away (`| head`): what it wanted it has.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return 0,
+        Err(e) => {
+            eprintln!("gpu-health report: writing the report: {e}");
+            return 1;
+        }
+    }
+    if read.jobs.is_empty() && filter.job.is_some() {
         eprintln!(
             "gpu-health report: no record of that job in {}",
             dir.display()
@@ -113,29 +164,188 @@ pub fn run(args: &[String], cfg: &Config) -> i32 {
     0
 }
 
-fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+/// CSV shows no GPU, only how many.
+#[derive(Debug, Default)]
+struct GpuCount(usize);
+
+impl GpuSink for GpuCount {
+    type Part = usize;
+
+    fn part(_node: &str, gpus: Vec<GpuRecord>) -> usize {
+        gpus.len()
+    }
+
+    fn append(&mut self, part: usize) {
+        self.0 += part;
+    }
+
+    fn count(&self) -> usize {
+        self.0
+    }
+}
+
+/// The table's GPU lines of a job, rendered on the parse workers as the
+/// records are read: far less memory than the records for a table of
+/// every job.
+#[derive(Debug, Default)]
+struct TableGpus {
+    count: usize,
+    lines: String,
+}
+
+impl GpuSink for TableGpus {
+    type Part = TableGpus;
+
+    fn part(node: &str, gpus: Vec<GpuRecord>) -> TableGpus {
+        let mut out = TableGpus {
+            count: gpus.len(),
+            lines: String::with_capacity(gpus.len() * 96),
+        };
+        for r in &gpus {
+            let pct = records::memory_pct(r.peak_memory_bytes, r.memory_total_bytes);
+            // Writing to a String cannot fail.
+            let _ = write!(
+                out.lines,
+                "    {} GPU{} {}  {} J  {} W  peak {}",
+                Term(node),
+                r.index,
+                Term(r.pci.as_deref().unwrap_or("-")),
+                Fixed(r.energy_j, 1),
+                Fixed(r.mean_power_w, 1),
+                Gib(r.peak_memory_bytes, pct)
+            );
+            for why in [&r.energy_absent_reason, &r.peak_memory_absent_reason]
+                .into_iter()
+                .flatten()
+            {
+                let _ = write!(out.lines, "  [{}]", Term(why));
+            }
+            out.lines.push('\n');
+        }
+        out
+    }
+
+    fn append(&mut self, part: TableGpus) {
+        self.count += part.count;
+        self.lines.push_str(&part.lines);
+    }
+
+    fn count(&self) -> usize {
+        self.count
+    }
+}
+
+/// Text from a record, shown on a terminal: control characters (C0, DEL,
+/// C1) become `?`, so that a record cannot move the cursor, clear the
+/// screen or change colours. Padding (`{:<12}`) applies.
+struct Term<'a>(&'a str);
+
+impl fmt::Display for Term<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Bytes first: C0 and DEL are single bytes, C1 characters start
+        // with 0xC2 in UTF-8; most texts have none of these.
+        let suspect = |b: &u8| *b < 0x20 || *b == 0x7f || *b == 0xc2;
+        if !self.0.as_bytes().iter().any(suspect) || !self.0.chars().any(char::is_control) {
+            return f.pad(self.0);
+        }
+        let shown: String = self
+            .0
+            .chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect();
+        f.pad(&shown)
+    }
+}
+
+fn opt<T: fmt::Display>(v: Option<T>) -> String {
     v.map(|v| v.to_string()).unwrap_or_default()
 }
 
-fn fixed(v: Option<f64>, places: usize) -> String {
-    v.map(|v| format!("{v:.places$}"))
-        .unwrap_or_else(|| "-".into())
-}
-
-fn gib(bytes: Option<u64>, pct: Option<f64>) -> String {
-    match (bytes, pct) {
-        (Some(b), Some(p)) => format!("{:.1} GiB ({p:.0}%)", b as f64 / (1u64 << 30) as f64),
-        (Some(b), None) => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
-        _ => "-".into(),
+/// Pads `text` when the format asks for a width; writes it as is (no
+/// allocation) otherwise.
+fn pad_with(f: &mut fmt::Formatter<'_>, text: fmt::Arguments<'_>) -> fmt::Result {
+    if f.width().is_some() {
+        f.pad(&text.to_string())
+    } else {
+        f.write_fmt(text)
     }
 }
 
-fn table(jobs: &[JobSummary]) -> String {
-    let mut out = String::new();
+/// `{:.N}` of a figure (N = `.1`), the same digits, in integer
+/// arithmetic for what a report has (non-negative, below 2^52, at most 4
+/// places): the general float formatter was most of the cost of a table
+/// of millions of GPU lines. Anything else goes to the formatter.
+struct Dec(f64, usize);
+
+impl fmt::Display for Dec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SCALE: [u128; 5] = [1, 10, 100, 1_000, 10_000];
+        let (v, places) = (self.0, self.1);
+        let bits = v.to_bits();
+        let biased = ((bits >> 52) & 0x7ff) as i32;
+        // Normal numbers in [2^-70, 2^52): v = mantissa * 2^-shift exactly.
+        if v.is_sign_negative() || places >= SCALE.len() || !(-70..52).contains(&(biased - 1023)) {
+            return write!(f, "{v:.places$}");
+        }
+        let mantissa = u128::from((bits & ((1 << 52) - 1)) | (1 << 52));
+        // 52 minus the exponent: 1..=122, so the shifts below fit u128.
+        let shift = (1075 - biased) as u32;
+        let scaled = mantissa * SCALE[places];
+        let (mut q, rest) = (scaled >> shift, scaled & ((1 << shift) - 1));
+        let half = 1 << (shift - 1);
+        // Round to nearest, ties to even, as the formatter does.
+        if rest > half || (rest == half && q & 1 == 1) {
+            q += 1;
+        }
+        let unit = SCALE[places];
+        // Below 2^52 the integer part fits u64 (printed faster than u128).
+        let (int, frac) = ((q / unit) as u64, (q % unit) as u64);
+        if places == 0 {
+            write!(f, "{int}")
+        } else {
+            write!(f, "{int}.{frac:0places$}")
+        }
+    }
+}
+
+/// A figure with `places` decimals, `-` when absent.
+struct Fixed(Option<f64>, usize);
+
+impl fmt::Display for Fixed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(v) => pad_with(f, format_args!("{}", Dec(v, self.1))),
+            None => f.pad("-"),
+        }
+    }
+}
+
+/// Bytes in GiB, with the share of the GPU's memory when known.
+struct Gib(Option<u64>, Option<f64>);
+
+impl fmt::Display for Gib {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        match (self.0, self.1) {
+            (Some(b), Some(p)) => {
+                pad_with(f, format_args!("{} GiB ({}%)", Dec(gib(b), 1), Dec(p, 0)))
+            }
+            (Some(b), None) => pad_with(f, format_args!("{} GiB", Dec(gib(b), 1))),
+            _ => f.pad("-"),
+        }
+    }
+}
+
+fn write_json(out: &mut dyn Write, jobs: &[JobSummary]) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, jobs)?;
+    out.write_all(b"\n")
+}
+
+fn write_table(out: &mut dyn Write, jobs: &[JobSummary<TableGpus>]) -> io::Result<()> {
     if jobs.is_empty() {
-        return "no job records\n".into();
+        return out.write_all(b"no job records\n");
     }
-    let _ = writeln!(
+    writeln!(
         out,
         "{:<12} {:<10} {:>5} {:>4} {:>12} {:>9} {:>8} {:>18} {:>9} {:>5} {:>6} {:>6} {:>4}",
         "JOB",
@@ -151,63 +361,45 @@ fn table(jobs: &[JobSummary]) -> String {
         "NVLINK",
         "PCIE",
         "XIDS"
-    );
+    )?;
     for j in jobs {
-        let _ = writeln!(
+        writeln!(
             out,
             "{:<12} {:<10} {:>5} {:>4} {:>12} {:>9} {:>8} {:>18} {:>9} {:>5} {:>6} {:>6} {:>4}",
-            j.job_id,
-            j.user.as_deref().unwrap_or("-"),
+            Term(&j.job_id),
+            Term(j.user.as_deref().unwrap_or("-")),
             j.nodes.len(),
-            j.gpus.len(),
-            fixed(j.energy_j, 1),
-            fixed(j.energy_kwh, 4),
-            fixed(j.mean_power_w, 1),
-            gib(j.peak_memory_bytes, j.peak_memory_pct),
+            j.gpus.count,
+            Fixed(j.energy_j, 1),
+            Fixed(j.energy_kwh, 4),
+            Fixed(j.mean_power_w, 1),
+            Gib(j.peak_memory_bytes, j.peak_memory_pct),
             format!("{}/{}", j.ecc_corrected_delta, j.ecc_uncorrected_delta),
             j.remapped_correctable_delta + j.remapped_uncorrectable_delta,
             j.nvlink_errors_delta,
             j.pcie_replay_delta,
             j.xid_events
-        );
-        for g in &j.gpus {
-            let r = &g.gpu;
-            let mut line = format!(
-                "    {} GPU{} {}  {} J  {} W  peak {}",
-                g.node,
-                r.index,
-                r.pci.as_deref().unwrap_or("-"),
-                fixed(r.energy_j, 1),
-                fixed(r.mean_power_w, 1),
-                gib(r.peak_memory_bytes, g.peak_memory_pct)
-            );
-            for why in [&r.energy_absent_reason, &r.peak_memory_absent_reason]
-                .into_iter()
-                .flatten()
-            {
-                let _ = write!(line, "  [{why}]");
-            }
-            let _ = writeln!(out, "{line}");
-        }
+        )?;
+        out.write_all(j.gpus.lines.as_bytes())?;
         if j.gpus_without_energy > 0 {
-            let _ = writeln!(
+            writeln!(
                 out,
                 "    note: {} GPU(s) without an energy figure; the sum is a lower bound",
                 j.gpus_without_energy
-            );
+            )?;
         }
         if !j.start_snapshot_missing.is_empty() {
-            let _ = writeln!(
+            writeln!(
                 out,
                 "    note: no start snapshot on {}",
-                j.start_snapshot_missing.join(",")
-            );
+                Term(&j.start_snapshot_missing.join(","))
+            )?;
         }
         for d in &j.drained {
-            let _ = writeln!(out, "    drained {d}");
+            writeln!(out, "    drained {}", Term(d))?;
         }
     }
-    out
+    Ok(())
 }
 
 fn csv_field(s: &str) -> String {
@@ -218,20 +410,20 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-fn csv(jobs: &[JobSummary]) -> String {
-    let mut out = String::from(
-        "job_id,user,partition,nodes,gpus,start,end,duration_s,energy_j,energy_kwh,gpus_without_energy,\
+fn write_csv(out: &mut dyn Write, jobs: &[JobSummary<GpuCount>]) -> io::Result<()> {
+    out.write_all(
+        b"job_id,user,partition,nodes,gpus,start,end,duration_s,energy_j,energy_kwh,gpus_without_energy,\
          mean_power_w,peak_memory_bytes,peak_memory_pct,ecc_corrected_delta,ecc_uncorrected_delta,\
          remapped_correctable_delta,remapped_uncorrectable_delta,nvlink_errors_delta,pcie_replay_delta,\
          xid_events,drained\n",
-    );
+    )?;
     for j in jobs {
         let fields = [
             j.job_id.clone(),
             opt(j.user.as_deref()),
             opt(j.partition.as_deref()),
             j.nodes.join(" "),
-            j.gpus.len().to_string(),
+            j.gpus.count().to_string(),
             opt(j.start_ms.map(format_utc_ms)),
             format_utc_ms(j.end_ms),
             opt(j.duration_s),
@@ -251,22 +443,54 @@ fn csv(jobs: &[JobSummary]) -> String {
             j.drained.join("; "),
         ];
         let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
-        let _ = writeln!(out, "{}", line.join(","));
+        writeln!(out, "{}", line.join(","))?;
     }
-    out
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpu_health_core::records::JobRecord;
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
     }
 
+    fn parsed(v: &[&str]) -> Args {
+        match parse_args(&s(v)) {
+            Ok(Command::Report(a)) => a,
+            other => panic!("{v:?}: {other:?}"),
+        }
+    }
+
+    fn error(v: &[&str]) -> String {
+        parse_args(&s(v)).unwrap_err()
+    }
+
+    /// The records summed as `run` sums them for `write`, and written.
+    fn render<G: GpuSink>(
+        records: &[JobRecord],
+        write: fn(&mut dyn Write, &[JobSummary<G>]) -> io::Result<()>,
+    ) -> String {
+        let mut s = records::Summarizer::<G>::new();
+        records.iter().for_each(|r| _ = s.add(r.clone()));
+        let mut out = Vec::new();
+        write(&mut out, &s.finish(&ReportFilter::default())).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    fn table(records: &[JobRecord]) -> String {
+        render(records, write_table)
+    }
+
+    fn csv(records: &[JobRecord]) -> String {
+        render(records, write_csv)
+    }
+
     #[test]
     fn arguments() {
-        let a = parse_args(&s(&[
+        let a = parsed(&[
             "--job",
             "42",
             "--user",
@@ -274,16 +498,43 @@ mod tests {
             "--since",
             "2025-01-02",
             "--csv",
-        ]))
-        .unwrap();
-        assert_eq!(a.job.as_deref(), Some("42"));
-        assert_eq!(a.user.as_deref(), Some("bob"));
-        assert_eq!(a.since_ms, Some(1_735_776_000_000));
+        ]);
+        assert_eq!(a.filter.job.as_deref(), Some("42"));
+        assert_eq!(a.filter.user.as_deref(), Some("bob"));
+        assert_eq!(a.filter.since_ms, Some(1_735_776_000_000));
         assert_eq!(a.format, Format::Csv);
         assert!(parse_args(&s(&["--json", "--csv"])).is_err());
         assert!(parse_args(&s(&["--job"])).is_err());
         assert!(parse_args(&s(&["--since", "tomorrow"])).is_err());
         assert!(parse_args(&s(&["--bogus"])).is_err());
+    }
+
+    #[test]
+    fn values_joined_with_equals_and_help() {
+        let a = parsed(&["--job=42", "--user=bob", "--since=2025-01-02", "--dir=/r"]);
+        assert_eq!(a.filter.job.as_deref(), Some("42"));
+        assert_eq!(a.filter.user.as_deref(), Some("bob"));
+        assert_eq!(a.filter.since_ms, Some(1_735_776_000_000));
+        assert_eq!(a.dir, Some(PathBuf::from("/r")));
+        assert_eq!(parsed(&["--job=-1"]).filter.job.as_deref(), Some("-1"));
+        assert_eq!(parsed(&["--json", "--json"]).format, Format::Json);
+        assert_eq!(parse_args(&s(&["-h"])), Ok(Command::Help));
+        assert_eq!(parse_args(&s(&["--dir", "d", "--help"])), Ok(Command::Help));
+        assert_eq!(run(&s(&["--help"]), &Config::default()), 0);
+    }
+
+    #[test]
+    fn usage_errors_name_the_option() {
+        assert_eq!(error(&["--job"]), "option '--job' needs a value");
+        assert!(error(&["--job", "--user", "bob"]).starts_with("option '--job' needs a value"));
+        assert_eq!(error(&["--bogus"]), "invalid option '--bogus'");
+        assert_eq!(error(&["-x"]), "invalid option '-x'");
+        assert!(error(&["--json=yes"]).contains("'--json'"));
+        assert!(error(&["extra"]).contains("\"extra\""));
+        assert!(error(&["--since", "tomorrow"]).starts_with("option '--since': "));
+        let cfg = Config::default();
+        assert_eq!(run(&s(&["--user"]), &cfg), 2);
+        assert_eq!(run(&s(&["--bogus"]), &cfg), 2);
     }
 
     #[test]
@@ -302,9 +553,118 @@ mod tests {
         assert_eq!(run(&s(&["--dir", &dir, "--job", "7", "--json"]), &cfg), 0);
         assert_eq!(run(&s(&["--dir", &dir, "--job", "8"]), &cfg), 1);
         assert_eq!(run(&s(&["--dir", &dir, "--since", "nope"]), &cfg), 2);
-        let jobs = records::summarize(&read.records);
-        assert!(table(&jobs).contains("7 "));
-        assert!(csv(&jobs).lines().nth(1).unwrap().starts_with("7,u,,n1,0,"));
+        assert!(table(&read.records).contains("7 "));
+        assert!(csv(&read.records)
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("7,u,,n1,0,"));
+    }
+
+    fn record(job: &str, node: &str) -> JobRecord {
+        JobRecord {
+            version: 1,
+            job_id: job.into(),
+            node: node.into(),
+            user: None,
+            uid: None,
+            partition: None,
+            exit_code: None,
+            start_ms: None,
+            end_ms: 1,
+            duration_s: None,
+            start_snapshot_missing: false,
+            start_snapshot_missing_reason: None,
+            nvml_error: None,
+            gpus: Vec::new(),
+            xids: Vec::new(),
+            xids_absent_reason: None,
+            drained: None,
+            drain_failed: None,
+        }
+    }
+
+    #[test]
+    fn table_shows_no_control_characters_from_records() {
+        let evil = "\u{1b}[2J\u{1b}]0;owned\u{7}\r\u{7f}\u{9b}31m";
+        let mut r = record(&format!("7{evil}"), &format!("n1{evil}"));
+        r.user = Some(format!("bob{evil}"));
+        r.drained = Some(format!("reason{evil}"));
+        r.start_snapshot_missing = true;
+        r.gpus = vec![GpuRecord {
+            pci: Some(format!("0000:18:00.0{evil}")),
+            name: Some(evil.into()),
+            energy_absent_reason: Some(format!("why{evil}")),
+            peak_memory_absent_reason: Some(evil.into()),
+            ..GpuRecord::default()
+        }];
+        let text = table(std::slice::from_ref(&r));
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        assert_eq!(text.lines().count(), 6, "{text}");
+        assert!(text.contains("bob?[2J?]0;owned????31m"), "{text}");
+        // JSON escapes them, CSV quotes only what CSV needs.
+        let mut json = Vec::new();
+        write_json(&mut json, &records::summarize(std::slice::from_ref(&r))).unwrap();
+        let json = String::from_utf8(json).unwrap();
+        assert!(
+            json.contains(r"bob\u001b[2J\u001b]0;owned\u0007\r"),
+            "{json}"
+        );
+        assert!(csv(&[r]).contains(&format!("\"bob{evil}\"")));
+    }
+
+    #[test]
+    fn decimals_are_those_of_the_formatter() {
+        let mut values = vec![
+            0.0,
+            0.05,
+            0.25,
+            0.35,
+            0.5,
+            1.5,
+            2.5,
+            0.125,
+            9.95,
+            99.95,
+            1e-30,
+            1e-15,
+            0.000049,
+            123.456,
+            4503599627370495.5,
+            9007199254740991.0,
+            9007199254740993.0,
+            1e300,
+            f64::MIN_POSITIVE,
+            5e-324,
+            -0.0,
+            -1.25,
+            -3.75,
+            f64::NAN,
+            f64::INFINITY,
+        ];
+        // Deterministic spread over magnitudes and fractions, ties included
+        // (k/8 and k/16 are exact in binary).
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for i in 0..20_000u32 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let mag = 10f64.powi((x >> 60) as i32 - 3);
+            values.push((x >> 11) as f64 / (1u64 << 53) as f64 * mag);
+            values.push(f64::from(i) / 16.0);
+        }
+        for v in values {
+            for places in 0..6 {
+                let want = format!("{v:.places$}");
+                assert_eq!(Dec(v, places).to_string(), want, "{v:e} .{places}");
+            }
+        }
+        assert_eq!(format!("{:>8}", Fixed(Some(2.25), 1)), "     2.2");
+        assert_eq!(
+            format!("{:>8}", Gib(Some(3 << 29), Some(12.5))),
+            "1.5 GiB (12%)"
+        );
     }
 
     #[test]

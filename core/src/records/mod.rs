@@ -5,7 +5,8 @@
 //! the figures (pure), and the epilog run (`run::epilog`) stores the
 //! [`JobRecord`] ([`store_line`]), updates the Prometheus textfile and
 //! drains the node after a fatal fault. `gpu-health report` reads the
-//! records back with [`read_records`]. Formats: docs/records.md.
+//! records back with [`read_records`] or, summed per job and filtered,
+//! [`read_jobs`]. Formats: docs/records.md.
 
 mod compute;
 mod prometheus;
@@ -20,11 +21,16 @@ pub use compute::{
     mean_power_w, peak_memory, JobEnd, JobMeta, NO_START,
 };
 pub use prometheus::{render as render_prometheus, update as update_prometheus, RECENT_JOBS};
-pub use read::{read_records, ReadRecords};
+pub use read::{
+    read_jobs, read_records, read_records_filtered, ReadJobs, ReadRecords, MAX_LINE_BYTES,
+};
 pub use record::{GpuRecord, JobRecord, RECORD_VERSION};
 pub use start::{nvlink_error_total, GpuCounters, JobStart, START_VERSION};
 pub use store::{flush_pending, store_line, Stored};
-pub use summary::{memory_pct, summarize, JobSummary, SummaryGpu};
+pub use summary::{
+    memory_pct, summarize, summarize_filtered, GpuSink, JobSummary, PreparedRecord, ReportFilter,
+    Summarizer, SummaryGpu,
+};
 
 #[cfg(test)]
 mod tests;

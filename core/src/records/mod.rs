@@ -33,4 +33,6 @@ pub use summary::{
 };
 
 #[cfg(test)]
+mod report_tests;
+#[cfg(test)]
 mod tests;

@@ -20,10 +20,13 @@
 # Used by the scripts that source this file.
 # shellcheck disable=SC2034
 GH_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# One cluster directory per checkout, so that clusters of several
-# checkouts on one machine do not meet.
-GH_DIR=${GPU_HEALTH_SLURM_DIR:-/tmp/gpu-health-slurm.$(printf '%s' "$GH_REPO" | cksum | cut -d' ' -f1)}
-GH_BIN_DIR=${GPU_HEALTH_BIN_DIR:-$GH_REPO/target/release}
+# One cluster directory per checkout and Slurm series, so that clusters
+# of several checkouts, and the 22.05 and 24.11 clusters of one, do not
+# meet (slurm-down finds its processes by this path).
+GH_DIR=${GPU_HEALTH_SLURM_DIR:-/tmp/gpu-health-slurm${GPU_HEALTH_IN_ROOT:+-24.11}.$(printf '%s' "$GH_REPO" | cksum | cut -d' ' -f1)}
+# The build of this Slurm series: the host's (22.05), or the one made in
+# the Debian 13 root with its own cargo (ci/package --slurm 24.11).
+GH_BIN_DIR=${GPU_HEALTH_BIN_DIR:-$GH_REPO/target${GPU_HEALTH_IN_ROOT:+/debian13}/release}
 GH_SCENARIO_DIR=${GPU_HEALTH_SCENARIO_DIR:-$GH_REPO/nvml-sim/scenarios}
 # nvml-sim library: the built cdylib, or an installed copy.
 # shellcheck disable=SC2034
@@ -302,3 +305,5 @@ gh_job_out() { printf '%s/jobs/%s.out\n' "$GH_DIR" "$1"; }
 
 # shellcheck source=ci/assert.sh
 source "$GH_REPO/ci/assert.sh"
+# shellcheck source=ci/debian-root.sh
+source "$GH_REPO/ci/debian-root.sh"

@@ -179,3 +179,41 @@ max_drained_fraction = 0.25"
     done
     assert_eq "$held" $((n - drained)) "every node left in service logged the brake"
 }
+
+# 5. A gpu-health drain on a node that stops answering: Slurm 23.02+
+#    appends its own reason to ours ("<ours> : Not responding"). gpu-health
+#    still knows the drain as its own (by the prefix, never the end) and
+#    returns the node once it answers again and has been clean long enough.
+test_drained_node_that_stops_responding() {
+    GH_FOCUS=n3
+    local quiet=10 pid reason deadline
+    ops_config n3 "[recovery]
+quiet_time_s = $quiet"
+    health_check_on
+    gh_kernel_log_append n3 "$(gh_xid_line 0000:18:00 31 77 'name=python3, MMU Fault: ENGINE GRAPHICS')"
+    assert_node_state n3 'idle\+drain' 30 "n3 is drained for the Xid 31"
+    pid=$(cat "$GH_DIR/run/slurmd-n3.pid")
+    kill -STOP "$pid"
+    # Whatever happens next, n3's slurmd must run again.
+    trap 'kill -CONT '"$pid"' 2>/dev/null; rm -f "$(hc_flag)"' EXIT
+    # slurmctld notices at its next ping rounds, each bounded by
+    # MessageTimeout (20 s here): a minute or two.
+    deadline=$((SECONDS + GPU_HEALTH_SLURMD_TIMEOUT + 150))
+    # After SlurmdTimeout without an answer Slurm sets the node DOWN with
+    # its reason "Not responding" (22.05: DOWN*+DRAIN, ours kept as it
+    # was; 24.11: DOWN+DRAIN+NOT_RESPONDING, "<ours> : Not responding").
+    until scontrol -o show node n3 | grep -qE 'State=DOWN'; do
+        ((SECONDS < deadline)) || break
+        sleep 1
+    done
+    assert_match "$(scontrol -o show node n3 | tr ' ' '\n' | grep '^State=')" '^State=DOWN' "Slurm sets n3 down for not responding"
+    reason=$(gh_node_reason n3)
+    gh_say "    n3's reason while down: $reason"
+    assert_match "$reason" '^gpu-health: Xid 31 ' "n3's reason still starts with gpu-health's ($reason)"
+    if [[ $(gh_series) != 22.05 ]]; then
+        assert_match "$reason" ' : Not responding$' "Slurm $(gh_series) appended its own reason to ours"
+    fi
+    kill -CONT "$pid"
+    assert_node_state n3 idle $((quiet + 60)) "n3 answers again and returns to idle after the quiet time"
+    assert_contains "$(gh_cat "$(gh_gpu_health_log n3)")" "returned to service" "n3's log says it returned"
+}

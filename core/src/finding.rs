@@ -91,34 +91,50 @@ impl Finding {
 /// tools and people can tell its drains from everyone else's.
 pub const REASON_PREFIX: &str = "gpu-health:";
 
-/// Slurm stores reasons of any length, but `sinfo` and humans do not read
-/// novels; keep the reason to what fits a wide terminal line.
-const MAX_REASON_LEN: usize = 200;
+/// slurmctld stores reasons of any length, but slurmdbd keeps node events
+/// in a 255-byte column, `sinfo` and humans read less: a reason stays
+/// within this many bytes, several findings summarised as `+N more` (the
+/// full list goes to the node's log and the drain record).
+pub const MAX_REASON_LEN: usize = 200;
 
 /// The drain reason for a set of findings, or `None` when none drains.
 ///
-/// Shape: `gpu-health: <summary>[; <summary>...] (drain|drain-until-clean)`.
+/// Shape: `gpu-health: <summary>[; <summary>...][; +N more] (drain|drain-until-clean)`.
 /// The kind is the gravest among the draining findings, so an admin sees
 /// whether to wait for an automatic return or to act.
 pub fn drain_reason(findings: &[Finding]) -> Option<String> {
     let draining: Vec<&Finding> = findings.iter().filter(|f| f.action.drains()).collect();
     let kind = draining.iter().map(|f| f.action).max()?;
-    let mut body = String::new();
-    for f in &draining {
-        if !body.is_empty() {
-            body.push_str("; ");
-        }
-        body.push_str(&sanitize_reason(&f.summary));
-    }
     let suffix = format!(" ({})", kind.as_str());
+    // Room for the summaries, keeping space for "; +NN more".
     let room = MAX_REASON_LEN - REASON_PREFIX.len() - 1 - suffix.len();
-    if body.len() > room {
-        let mut cut = room - 3;
-        while !body.is_char_boundary(cut) {
-            cut -= 1;
+    let more_room = room - "; +99 more".len();
+    let mut body = String::new();
+    let mut shown = 0;
+    for f in &draining {
+        let s = sanitize_reason(&f.summary);
+        let sep = if body.is_empty() { "" } else { "; " };
+        let last = shown + 1 == draining.len();
+        let limit = if last { room } else { more_room };
+        if body.len() + sep.len() + s.len() <= limit {
+            body.push_str(sep);
+            body.push_str(&s);
+            shown += 1;
+        } else if body.is_empty() {
+            // One summary longer than the room: cut it.
+            let mut cut = limit.saturating_sub(3);
+            while !s.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            body.push_str(&s[..cut]);
+            body.push_str("...");
+            shown += 1;
+        } else {
+            break;
         }
-        body.truncate(cut);
-        body.push_str("...");
+    }
+    if shown < draining.len() {
+        body.push_str(&format!("; +{} more", draining.len() - shown));
     }
     Some(format!("{REASON_PREFIX} {body}{suffix}"))
 }
@@ -138,14 +154,38 @@ fn sanitize_reason(s: &str) -> String {
         .collect()
 }
 
-/// Whether a Slurm node reason was set by gpu-health.
+/// Whether a Slurm node reason was set by gpu-health: by its prefix, the
+/// only part Slurm leaves alone (since 23.02 it appends its own reasons,
+/// `<ours> : Not responding`).
 pub fn is_own_reason(reason: &str) -> bool {
     reason.trim_start().starts_with(REASON_PREFIX)
 }
 
+/// The kind marks a gpu-health reason ends with, gravest first.
+const KIND_MARKS: [(&str, Action); 2] = [
+    (" (drain-until-clean)", Action::DrainUntilClean),
+    (" (drain)", Action::Drain),
+];
+
+/// gpu-health's part of a node reason (what it wrote, without what Slurm
+/// appended after it) and the kind of drain it names; `None` for a reason
+/// of someone else's. The kind is the last kind mark in the reason:
+/// Slurm's own texts carry none.
+pub fn own_reason(reason: &str) -> Option<(&str, Action)> {
+    let r = reason.trim_start();
+    if !r.starts_with(REASON_PREFIX) {
+        return None;
+    }
+    KIND_MARKS
+        .iter()
+        .filter_map(|(mark, kind)| r.rfind(mark).map(|i| (i + mark.len(), *kind)))
+        .max_by_key(|(end, _)| *end)
+        .map(|(end, kind)| (&r[..end], kind))
+}
+
 /// Whether a gpu-health reason may be cleared by a clean check.
 pub fn reason_clears_itself(reason: &str) -> bool {
-    is_own_reason(reason) && reason.trim_end().ends_with("(drain-until-clean)")
+    own_reason(reason).is_some_and(|(_, kind)| kind == Action::DrainUntilClean)
 }
 
 #[cfg(test)]
@@ -179,12 +219,63 @@ mod tests {
     }
 
     #[test]
+    fn many_findings_are_summarised_within_the_limit() {
+        let many: Vec<Finding> = (0..40)
+            .map(|i| {
+                f(
+                    Action::Drain,
+                    &format!("Xid 79 GPU{i} 0000:{i:02x}:00.0 pid=2210"),
+                )
+            })
+            .collect();
+        let r = drain_reason(&many).unwrap();
+        assert!(r.len() <= MAX_REASON_LEN, "{} bytes: {r}", r.len());
+        assert!(
+            r.starts_with("gpu-health: Xid 79 GPU0 0000:00:00.0 pid=2210; Xid 79 GPU1"),
+            "{r}"
+        );
+        let shown = r.matches("Xid 79").count();
+        assert!(
+            r.ends_with(&format!("; +{} more (drain)", 40 - shown)),
+            "{r}"
+        );
+        // Exactly fitting findings are all shown.
+        let two = [f(Action::Drain, "a"), f(Action::DrainUntilClean, "b")];
+        assert_eq!(drain_reason(&two).unwrap(), "gpu-health: a; b (drain)");
+    }
+
+    #[test]
     fn reason_is_bounded_and_quote_free() {
         let long = "x\"'\n".repeat(200);
         let r = drain_reason(&[f(Action::DrainUntilClean, &long)]).unwrap();
         assert!(r.len() <= MAX_REASON_LEN);
         assert!(!r.contains('"') && !r.contains('\'') && !r.contains('\n'));
         assert!(reason_clears_itself(&r));
+    }
+
+    #[test]
+    fn slurms_appended_reasons_do_not_hide_ours() {
+        let ours = "gpu-health: Xid 31 GPU1 0000:18:00.0 (drain-until-clean)";
+        for appended in [
+            "",
+            " : Not responding",
+            " : Not responding : Kill task failed",
+        ] {
+            let r = format!("{ours}{appended}");
+            assert_eq!(own_reason(&r), Some((ours, Action::DrainUntilClean)), "{r}");
+            assert!(reason_clears_itself(&r), "{r}");
+        }
+        let lost = "gpu-health: GPU5 lost (fallen off the bus) (drain) : Not responding";
+        assert_eq!(
+            own_reason(lost),
+            Some((
+                "gpu-health: GPU5 lost (fallen off the bus) (drain)",
+                Action::Drain
+            ))
+        );
+        assert!(!reason_clears_itself(lost));
+        assert_eq!(own_reason("gpu-health: no kind"), None);
+        assert_eq!(own_reason("admin (drain)"), None);
     }
 
     #[test]

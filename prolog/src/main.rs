@@ -1,12 +1,15 @@
 //! gpu-health-prolog: Slurm `Prolog=` and `HealthCheckProgram=`.
 //!
 //! Exit 0 lets the job start; exit 1 after draining the node makes Slurm
-//! requeue it. Without SLURM_JOB_ID (HealthCheckProgram gets none, and no
-//! arguments) or with `--health-check` it runs the health check instead.
+//! requeue it. As HealthCheckProgram (no SLURM_SCRIPT_CONTEXT, no job) or
+//! with `--health-check` it runs the health check instead
+//! (gpu_health_core::run::invocation).
 //! The runs live in gpu_health_core::run.
 
 use gpu_health_core::logging;
-use gpu_health_core::run::{self, health_check, prolog, JobEnv, RunContext, StateAccess};
+use gpu_health_core::run::{
+    self, health_check, prolog, Invocation, JobEnv, RunContext, StateAccess,
+};
 
 fn main() {
     logging::init("gpu-health-prolog", log::Level::Warn);
@@ -27,15 +30,18 @@ fn main() {
         }
     }
     let env = |k: &str| std::env::var(k).ok();
-    let health = health || env("SLURM_JOB_ID").is_none();
     // A panic is gpu-health's own fault: it must not become a non-zero
     // exit, which Slurm answers by draining the node ("Prolog error").
     let code = run::guarded("gpu-health-prolog", 0, || {
+        let which = run::invocation(env, health);
         let ctx = RunContext::start(env, None, StateAccess::Write);
-        if health {
-            health_check::run(&ctx).exit_code()
-        } else {
-            prolog::run(&ctx, &JobEnv::from_env(env))
+        match which {
+            Invocation::HealthCheck => health_check::run(&ctx).exit_code(),
+            Invocation::Prolog => prolog::run(&ctx, &JobEnv::from_env(env)),
+            Invocation::Misplaced(why) => {
+                log::error!("{why}");
+                0
+            }
         }
     });
     std::process::exit(code);
@@ -50,9 +56,10 @@ drains the node with a 'gpu-health:' reason when it finds a fatal fault
 (exit 1: Slurm requeues the job). Otherwise writes the job's verdict to
 <state_dir>/jobs/<job id>.json and exits 0.
 
-Health check: with --health-check, or when SLURM_JOB_ID is not set (as
-slurmd runs HealthCheckProgram: no arguments, only SLURMD_NODENAME), it
-runs the same checks without a job, drains with the same rules, and
+Health check: with --health-check, or when neither SLURM_SCRIPT_CONTEXT
+(prolog_slurmd) nor SLURM_JOB_ID is set (as slurmd runs
+HealthCheckProgram: no arguments, only SLURMD_NODENAME), it runs the same
+checks without a job, drains with the same rules, and
 returns drain-until-clean drains to service after a quiet time (see
 docs/operations.md).
 

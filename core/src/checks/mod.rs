@@ -21,6 +21,10 @@ pub struct CheckInput<'a> {
     pub history: &'a EccHistory,
     /// Unix ms of this run.
     pub now_ms: u64,
+    /// `Some(k)`: this run sees the node from inside a job's cgroup (a
+    /// Prolog with `PrologFlags=RunInJob`), whose device rules may show
+    /// NVML only the job's `k` GPUs.
+    pub job_view: Option<usize>,
 }
 
 /// Run every check. Findings come node-wide first, then by GPU index.

@@ -61,6 +61,24 @@ pub(super) fn gpu_count(input: &CheckInput<'_>, out: &mut Vec<Finding>) {
         None => snap.gpus.len(),
     };
     let answering = snap.gpus.iter().filter(|g| !g.lost).count();
+    if let Some(k) = input.job_view {
+        if answering < expected && answering == k && snap.gpus.len() == k {
+            // The job's cgroup hides the other GPUs (ConstrainDevices):
+            // what NVML cannot see is not missing. The health check, which
+            // runs outside any job, counts them.
+            out.push(Finding::node(
+                "gpu-count",
+                Action::Info,
+                format!("GPU count {answering} of {expected} seen from the job"),
+                format!(
+                    "the Prolog runs inside the job's cgroup (PrologFlags=RunInJob) and NVML \
+                     sees only the job's {k} of the node's {expected} GPUs (ConstrainDevices); \
+                     the others were not checked by this Prolog"
+                ),
+            ));
+            return;
+        }
+    }
     if answering < expected {
         let missing: Vec<&str> = snap
             .pci_gpus

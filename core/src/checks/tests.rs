@@ -52,6 +52,7 @@ fn run(snap: &NodeSnapshot) -> Vec<Finding> {
 
 fn run_with(snap: &NodeSnapshot, config: &Config, history: &EccHistory) -> Vec<Finding> {
     evaluate(&CheckInput {
+        job_view: None,
         snapshot: snap,
         config,
         history,
@@ -129,6 +130,33 @@ fn count_uses_sysfs_and_config() {
         only(&run_with(&s, &c, &EccHistory::default())).check,
         "gpu-count"
     );
+}
+
+#[test]
+fn a_prolog_inside_the_jobs_cgroup_counts_only_what_it_can_see() {
+    // PrologFlags=RunInJob + ConstrainDevices: NVML shows the job's 2 GPUs
+    // of 8 (renumbered 0 and 1); sysfs lists all 8.
+    let mut s = healthy();
+    s.gpus.truncate(2);
+    s.pci_gpus = (0..8)
+        .map(|i| format!("0000:{:02x}:00.0", 0x18 + i))
+        .collect();
+    let job_view = |k| {
+        evaluate(&CheckInput {
+            job_view: Some(k),
+            snapshot: &s,
+            config: &Config::default(),
+            history: &EccHistory::default(),
+            now_ms: NOW,
+        })
+    };
+    let f = only(&job_view(2)).clone();
+    assert_eq!((f.check.as_str(), f.action), ("gpu-count", Action::Info));
+    assert!(f.message.contains("RunInJob"), "{}", f.message);
+    // A job of 3 GPUs that sees 2: one is really missing.
+    assert_eq!(only(&job_view(3)).action, Action::Drain);
+    // Outside a job's cgroup the same picture drains.
+    assert_eq!(only(&run(&s)).action, Action::Drain);
 }
 
 #[test]

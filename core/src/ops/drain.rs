@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::config::BrakeConfig;
-use crate::finding::is_own_reason;
+use crate::finding::{is_own_reason, own_reason};
 use crate::ids::NodeName;
 use crate::slurm::{NodeInfo, Scontrol, SlurmError};
 use crate::state::StateDir;
@@ -40,8 +40,15 @@ const CONFIRM_RESERVE: Duration = Duration::from_millis(400);
 impl Drainer<'_> {
     /// Drain `node` with `reason` (one of gpu-health's), unless the brake
     /// says no or the node is drained by someone else. On success the
-    /// drain is recorded (`StateFile::DrainRecord`).
-    pub fn drain_guarded(&self, node: &NodeName, reason: &str, now_ms: u64) -> DrainOutcome {
+    /// drain is recorded (`StateFile::DrainRecord`) with every finding's
+    /// summary (`findings`: the reason may say `+N more`).
+    pub fn drain_guarded(
+        &self,
+        node: &NodeName,
+        reason: &str,
+        findings: &[String],
+        now_ms: u64,
+    ) -> DrainOutcome {
         let nodes = match self.slurm.show_nodes(None) {
             Ok(n) => Some(n),
             Err(e) if self.brake.enabled => {
@@ -89,7 +96,9 @@ impl Drainer<'_> {
                 ));
             }
         }
-        if current.as_deref() != Some(reason) {
+        // Slurm may have appended its own text to ours: compare our part.
+        let current_ours = current.as_deref().and_then(own_reason).map(|(r, _)| r);
+        if current_ours != Some(reason) {
             if let Err(e) = self.slurm.drain(node, reason) {
                 let why = format!("could not drain {node} ({reason}): {e}");
                 log::error!("{why}");
@@ -97,7 +106,7 @@ impl Drainer<'_> {
             }
             log::error!("drained {node}: {reason}");
         }
-        if let Err(e) = drain_record::record_drain(self.state, node, reason, now_ms) {
+        if let Err(e) = drain_record::record_drain(self.state, node, reason, findings, now_ms) {
             log::error!(
                 "cannot record the drain (the automatic return will start its quiet time later): {e}"
             );

@@ -20,6 +20,9 @@ pub struct DrainRecord {
     pub at_ms: u64,
     /// Unix ms of the last run that still found a draining fault.
     pub last_fault_ms: u64,
+    /// Every draining finding's summary (the reason may say `+N more`).
+    #[serde(default)]
+    pub findings: Vec<String>,
 }
 
 impl DrainRecord {
@@ -30,20 +33,14 @@ impl DrainRecord {
             kind,
             at_ms: now_ms,
             last_fault_ms: now_ms,
+            findings: Vec::new(),
         }
     }
 }
 
-/// The kind a gpu-health reason names (its last parenthesis).
+/// The kind a gpu-health reason names (see [`crate::finding::own_reason`]).
 pub fn reason_kind(reason: &str) -> Option<Action> {
-    let r = reason.trim_end();
-    if r.ends_with("(drain-until-clean)") {
-        Some(Action::DrainUntilClean)
-    } else if r.ends_with("(drain)") {
-        Some(Action::Drain)
-    } else {
-        None
-    }
+    crate::finding::own_reason(reason).map(|(_, kind)| kind)
 }
 
 /// This node's record (one of another node's name is not this node's).
@@ -63,12 +60,13 @@ pub fn record_drain(
     state: &StateDir,
     node: &NodeName,
     reason: &str,
+    findings: &[String],
     now_ms: u64,
 ) -> Result<(), StateError> {
     let Some(kind) = reason_kind(reason) else {
         return Ok(());
     };
-    let rec = match load(state, node) {
+    let mut rec = match load(state, node) {
         Ok(Some(mut old)) => {
             old.reason = reason.to_string();
             old.kind = old.kind.max(kind);
@@ -77,6 +75,7 @@ pub fn record_drain(
         }
         _ => DrainRecord::new(node, reason, kind, now_ms),
     };
+    rec.findings = findings.to_vec();
     save(state, &rec)
 }
 
@@ -94,7 +93,7 @@ mod tests {
     fn kinds_from_reasons() {
         assert_eq!(reason_kind("gpu-health: a (drain)"), Some(Action::Drain));
         assert_eq!(
-            reason_kind("gpu-health: a (drain-until-clean) "),
+            reason_kind("gpu-health: a (drain-until-clean) : Not responding"),
             Some(Action::DrainUntilClean)
         );
         assert_eq!(reason_kind("admin"), None);
@@ -106,10 +105,12 @@ mod tests {
         let state = StateDir::open(&d.path().join("state"));
         let n1 = NodeName::parse("n1").unwrap();
         assert_eq!(load(&state, &n1).unwrap(), None);
-        record_drain(&state, &n1, "gpu-health: x (drain-until-clean)", 5).unwrap();
-        record_drain(&state, &n1, "gpu-health: y (drain)", 9).unwrap();
+        record_drain(&state, &n1, "gpu-health: x (drain-until-clean)", &[], 5).unwrap();
+        let all = vec!["y".to_string(), "z".to_string()];
+        record_drain(&state, &n1, "gpu-health: y; +1 more (drain)", &all, 9).unwrap();
         let r = load(&state, &n1).unwrap().unwrap();
         assert_eq!((r.at_ms, r.last_fault_ms, r.kind), (5, 9, Action::Drain));
+        assert_eq!(r.findings, all);
         assert_eq!(load(&state, &NodeName::parse("n2").unwrap()).unwrap(), None);
         clear(&state);
         assert_eq!(load(&state, &n1).unwrap(), None);

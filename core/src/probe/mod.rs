@@ -3,6 +3,18 @@
 pub mod nvml;
 pub mod sysfs;
 
+/// Whether this process runs inside job `job`'s cgroup (`.../job_<id>/...`
+/// in any line of `cgroup_file`, i.e. `/proc/self/cgroup`): so a Prolog
+/// with `PrologFlags=RunInJob` runs, and the job's device rules apply to
+/// it. Unreadable means no.
+pub fn in_job_cgroup(cgroup_file: &Path, job: u32) -> bool {
+    let mark = format!("/job_{job}/");
+    std::fs::read_to_string(cgroup_file).is_ok_and(|t| {
+        t.lines()
+            .any(|l| l.contains(&mark) || l.ends_with(&mark[..mark.len() - 1]))
+    })
+}
+
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
@@ -182,5 +194,28 @@ fn reap(pid: libc::pid_t, wait: Duration) {
             return;
         }
         std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_cgroups_are_recognised() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("cgroup");
+        std::fs::write(
+            &f,
+            "0::/system.slice/slurmstepd.scope/job_42/step_extern/user/task_special\n",
+        )
+        .unwrap();
+        assert!(in_job_cgroup(&f, 42));
+        assert!(!in_job_cgroup(&f, 4));
+        std::fs::write(&f, "5:devices:/slurm/uid_0/job_7\n0::/\n").unwrap();
+        assert!(in_job_cgroup(&f, 7));
+        std::fs::write(&f, "0::/system.slice/slurmd.service\n").unwrap();
+        assert!(!in_job_cgroup(&f, 7));
+        assert!(!in_job_cgroup(&d.path().join("none"), 7));
     }
 }

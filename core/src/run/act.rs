@@ -90,7 +90,11 @@ pub fn act(
             slurm,
             state: &ctx.state,
         };
-        drainer.drain_guarded(&ctx.node, reason, ctx.now_ms)
+        let summaries: Vec<String> = draining.iter().map(|f| f.summary.clone()).collect();
+        if reason.ends_with(" more (drain)") || reason.ends_with(" more (drain-until-clean)") {
+            log::error!("all draining findings: {}", summaries.join("; "));
+        }
+        drainer.drain_guarded(&ctx.node, reason, &summaries, ctx.now_ms)
     });
     let not_acted = |cause, why: &String| Acted::NotActed {
         findings: draining.clone(),

@@ -58,7 +58,7 @@ pub fn run(ctx: &RunContext) -> HealthReport {
         topology: true,
         accounting_processes: false,
     };
-    let mut check = node_check::check_node_for_drain(ctx, opts);
+    let mut check = node_check::check_node_for_drain(ctx, opts, None);
     for f in check.findings.iter().filter(|f| f.action > Action::Info) {
         log::warn!("{}: {}", f.check, f.message);
     }

@@ -110,6 +110,37 @@ impl RunContext {
     }
 }
 
+/// What `gpu-health-prolog` was started as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invocation {
+    Prolog,
+    HealthCheck,
+    /// Started where it does not belong (as the Epilog, or by slurmctld):
+    /// the text says so; the run does nothing and exits 0.
+    Misplaced(String),
+}
+
+/// Pure: which run `gpu-health-prolog` does. `--health-check` says it;
+/// else slurmd's `SLURM_SCRIPT_CONTEXT` (`prolog_slurmd` for the Prolog,
+/// unset for HealthCheckProgram); without it (older Slurm) the Prolog has
+/// a `SLURM_JOB_ID` and HealthCheckProgram none.
+pub fn invocation(env: impl Fn(&str) -> Option<String>, health_flag: bool) -> Invocation {
+    if health_flag {
+        return Invocation::HealthCheck;
+    }
+    match env("SLURM_SCRIPT_CONTEXT").as_deref() {
+        Some("prolog_slurmd") => Invocation::Prolog,
+        Some(other) => Invocation::Misplaced(format!(
+            "gpu-health-prolog started with SLURM_SCRIPT_CONTEXT={:?}: it is the Prolog \
+             (Prolog=) and HealthCheckProgram; the Epilog is gpu-health-epilog \
+             (docs/install.md). Nothing checked.",
+            crate::text::printable(other)
+        )),
+        None if env("SLURM_JOB_ID").is_some() => Invocation::Prolog,
+        None => Invocation::HealthCheck,
+    }
+}
+
 /// A run's outcome must never be a panic crossing into Slurm: a Prolog or
 /// Epilog that dies is a node drained with a vague reason. Runs `body`
 /// and turns a panic into `on_panic`, logged as gpu-health's own fault.
@@ -118,4 +149,46 @@ pub fn guarded<T>(what: &str, on_panic: T, body: impl FnOnce() -> T) -> T {
         log::error!("internal error in {what}; no action taken for it");
         on_panic
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn which_run_the_prolog_binary_does() {
+        let context = |c| [("SLURM_SCRIPT_CONTEXT", c), ("SLURM_JOB_ID", "7")];
+        assert_eq!(
+            invocation(env(&context("prolog_slurmd")), false),
+            Invocation::Prolog
+        );
+        assert_eq!(
+            invocation(env(&context("prolog_slurmd")), true),
+            Invocation::HealthCheck
+        );
+        assert!(matches!(
+            invocation(env(&context("epilog_slurmd")), false),
+            Invocation::Misplaced(m) if m.contains("gpu-health-epilog")
+        ));
+        // Without SLURM_SCRIPT_CONTEXT: the job id tells them apart.
+        assert_eq!(
+            invocation(env(&[("SLURM_JOB_ID", "7")]), false),
+            Invocation::Prolog
+        );
+        assert_eq!(invocation(env(&[]), false), Invocation::HealthCheck);
+        // A Prolog with context but no job id is still the Prolog.
+        assert_eq!(
+            invocation(env(&[("SLURM_SCRIPT_CONTEXT", "prolog_slurmd")]), false),
+            Invocation::Prolog
+        );
+    }
 }

@@ -34,6 +34,12 @@ pub struct NodeCheck {
 /// Probe the node and run every check. Never fails: problems become
 /// findings or log lines.
 pub fn check_node(ctx: &RunContext, opts: ProbeOptions) -> NodeCheck {
+    check_node_seen(ctx, opts, None)
+}
+
+/// [`check_node`] for a run that may see the node through a job's cgroup
+/// (see `CheckInput::job_view`).
+pub fn check_node_seen(ctx: &RunContext, opts: ProbeOptions, job_view: Option<usize>) -> NodeCheck {
     let cfg = ctx.config();
     let deadline = Duration::from_millis(cfg.nvml_deadline_ms);
     let mut snapshot = probe::probe_with_deadline(cfg.nvml_library.as_deref(), opts, deadline);
@@ -51,6 +57,7 @@ pub fn check_node(ctx: &RunContext, opts: ProbeOptions) -> NodeCheck {
         config: cfg,
         history: &history,
         now_ms: ctx.now_ms,
+        job_view,
     });
     let (xid_state, note) = match ctx.state.load::<XidState>(StateFile::KernelLogCursor) {
         Ok(saved) => XidState::checked(saved),
@@ -85,10 +92,14 @@ pub fn check_node(ctx: &RunContext, opts: ProbeOptions) -> NodeCheck {
     }
 }
 
-/// [`check_node`] plus the draining findings earlier runs could not act
-/// on: what the runs that may drain (prolog, health check) judge.
-pub fn check_node_for_drain(ctx: &RunContext, opts: ProbeOptions) -> NodeCheck {
-    let mut check = check_node(ctx, opts);
+/// [`check_node_seen`] plus the draining findings earlier runs could not
+/// act on: what the runs that may drain (prolog, health check) judge.
+pub fn check_node_for_drain(
+    ctx: &RunContext,
+    opts: ProbeOptions,
+    job_view: Option<usize>,
+) -> NodeCheck {
+    let mut check = check_node_seen(ctx, opts, job_view);
     check.pending = match ctx.state.load::<PendingDrain>(StateFile::PendingDrain) {
         Ok(p) => p,
         Err(e) => {

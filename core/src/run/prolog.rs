@@ -8,7 +8,9 @@
 
 use crate::finding::{Action, Finding};
 use crate::ops::dcgm;
-use crate::probe::ProbeOptions;
+use std::path::Path;
+
+use crate::probe::{self, ProbeOptions};
 use crate::records::{self, JobStart};
 use crate::state::StateFile;
 use crate::verdict::{self, JobVerdict, Mode};
@@ -29,7 +31,13 @@ pub fn run(ctx: &RunContext, job: &JobEnv) -> i32 {
         topology: true,
         accounting_processes: false,
     };
-    let mut check = node_check::check_node_for_drain(ctx, opts);
+    // With PrologFlags=RunInJob the Prolog runs in the job's cgroup, whose
+    // device rules may hide the node's other GPUs from NVML.
+    let job_view = job
+        .job_id
+        .filter(|j| probe::in_job_cgroup(Path::new("/proc/self/cgroup"), j.get()))
+        .map(|_| job.job_gpus.len());
+    let mut check = node_check::check_node_for_drain(ctx, opts, job_view);
     if job.mode == Mode::Strict && cfg.dcgm.strict_jobs {
         let outcome = dcgm::run_diag(&cfg.dcgm, &job.job_gpus);
         log::info!("strict job: {}", outcome.describe());

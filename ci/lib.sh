@@ -42,6 +42,14 @@ gh_die() {
 # Print the comment block at the top of the running script (its --help).
 gh_usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 
+# Whether this machine has a writable cgroup v1 devices hierarchy (what
+# ci/slurm-up --run-in-job needs for ConstrainDevices=yes).
+gh_cgroup_v1_devices() {
+    local opts
+    opts=$(findmnt -n -o FSTYPE,OPTIONS /sys/fs/cgroup/devices 2>/dev/null) || return 1
+    [[ $opts == cgroup\ * && ,${opts#* }, == *,rw,* && ,${opts#* }, == *,devices,* ]]
+}
+
 # Re-point every derived path at another cluster directory (--dir).
 gh_set_dir() {
     GH_DIR=$1

@@ -183,11 +183,73 @@ impl NodeSnapshot {
     pub fn gpu_by_index(&self, index: u32) -> Option<&GpuSnapshot> {
         self.gpus.iter().find(|g| g.index == index)
     }
+
+    /// Give every GPU the index it has on the node. Inside a job's device
+    /// cgroup NVML enumerates only the job's GPUs and numbers them 0..k;
+    /// the node's numbering is their order on the PCI bus (NVML's order),
+    /// which sysfs (`pci_gpus`) lists in full. Changes nothing unless
+    /// every GPU's bus id is in `pci_gpus`: a guess would name the wrong
+    /// GPU in a drain reason.
+    pub fn number_as_on_node(&mut self) {
+        let places: Option<Vec<u32>> = self
+            .gpus
+            .iter()
+            .map(|g| {
+                let bus = g.pci_bus_id.as_deref()?;
+                let place = self.pci_gpus.iter().position(|p| p == bus)?;
+                u32::try_from(place).ok()
+            })
+            .collect();
+        if let Some(places) = places {
+            for (gpu, place) in self.gpus.iter_mut().zip(places) {
+                gpu.index = place;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn gpu_at(index: u32, bus: &str) -> GpuSnapshot {
+        GpuSnapshot {
+            index,
+            pci_bus_id: Some(bus.into()),
+            ..GpuSnapshot::default()
+        }
+    }
+
+    #[test]
+    fn a_job_view_is_numbered_as_on_the_node() {
+        let node: Vec<String> = [
+            "0000:18:00.0",
+            "0000:2a:00.0",
+            "0000:3a:00.0",
+            "0000:5d:00.0",
+        ]
+        .map(String::from)
+        .to_vec();
+        // NVML inside the job's cgroup: the node's GPUs 1 and 3 as 0 and 1.
+        let mut snap = NodeSnapshot {
+            gpus: vec![gpu_at(0, "0000:2a:00.0"), gpu_at(1, "0000:5d:00.0")],
+            pci_gpus: node.clone(),
+            ..NodeSnapshot::default()
+        };
+        snap.number_as_on_node();
+        let indices: Vec<u32> = snap.gpus.iter().map(|g| g.index).collect();
+        assert_eq!(indices, [1, 3]);
+
+        // One GPU that sysfs does not list: no guessing, NVML's numbers stay.
+        let mut odd = NodeSnapshot {
+            gpus: vec![gpu_at(0, "0000:2a:00.0"), gpu_at(1, "0000:99:00.0")],
+            pci_gpus: node,
+            ..NodeSnapshot::default()
+        };
+        odd.number_as_on_node();
+        let indices: Vec<u32> = odd.gpus.iter().map(|g| g.index).collect();
+        assert_eq!(indices, [0, 1]);
+    }
 
     #[test]
     fn normalizes_nvml_and_kernel_forms() {

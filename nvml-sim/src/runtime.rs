@@ -67,6 +67,8 @@ pub fn init(call: &str) -> NvmlReturn {
                         (code, Some(Arc::new(scenario)))
                     }
                     _ => {
+                        let mut scenario = scenario;
+                        scenario.hide_gpus(|g| device_node_denied(g.minor_number));
                         let scenario = Arc::new(scenario);
                         st.scenario = Some(scenario.clone());
                         st.init_count = 1;
@@ -81,6 +83,21 @@ pub fn init(call: &str) -> NvmlReturn {
         std::thread::sleep(Duration::from_millis(ms));
     }
     code
+}
+
+/// Whether a device cgroup keeps this process from `/dev/nvidia<minor>`.
+/// The driver leaves such GPUs out of NVML's enumeration, which is what a
+/// Slurm job (or a Prolog with PrologFlags=RunInJob) under
+/// ConstrainDevices=yes sees. access(2) asks the device cgroup the same
+/// question open(2) would, without opening the device. A missing node
+/// (no fake device nodes) or any other error hides nothing.
+fn device_node_denied(minor: u32) -> bool {
+    let Ok(path) = CString::new(format!("/dev/nvidia{minor}")) else {
+        return false;
+    };
+    // SAFETY: path is a NUL-terminated string that outlives the call.
+    let rc = unsafe { libc::access(path.as_ptr(), libc::R_OK | libc::W_OK) };
+    rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// nvmlShutdown.

@@ -15,6 +15,13 @@ pub fn in_job_cgroup(cgroup_file: &Path, job: u32) -> bool {
     })
 }
 
+/// Whether this process runs inside job `job`'s cgroup, as a Prolog or
+/// Epilog does with `PrologFlags=RunInJob`: device rules may then hide
+/// the node's other GPUs from NVML.
+pub fn seen_from_job(job: u32) -> bool {
+    in_job_cgroup(Path::new("/proc/self/cgroup"), job)
+}
+
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;

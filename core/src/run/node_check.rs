@@ -44,6 +44,9 @@ pub fn check_node_seen(ctx: &RunContext, opts: ProbeOptions, job_view: Option<us
     let deadline = Duration::from_millis(cfg.nvml_deadline_ms);
     let mut snapshot = probe::probe_with_deadline(cfg.nvml_library.as_deref(), opts, deadline);
     snapshot.pci_gpus = probe::sysfs::nvidia_gpus_on_pci(&cfg.sysfs_root);
+    if job_view.is_some() {
+        snapshot.number_as_on_node();
+    }
     let (history, history_stale) = match ctx.state.load::<EccHistory>(StateFile::EccHistory) {
         Ok(Some(h)) => (h, false),
         Ok(None) => (EccHistory::default(), true),

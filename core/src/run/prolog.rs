@@ -8,7 +8,6 @@
 
 use crate::finding::{Action, Finding};
 use crate::ops::dcgm;
-use std::path::Path;
 
 use crate::probe::{self, ProbeOptions};
 use crate::records::{self, JobStart};
@@ -35,7 +34,7 @@ pub fn run(ctx: &RunContext, job: &JobEnv) -> i32 {
     // device rules may hide the node's other GPUs from NVML.
     let job_view = job
         .job_id
-        .filter(|j| probe::in_job_cgroup(Path::new("/proc/self/cgroup"), j.get()))
+        .filter(|j| probe::seen_from_job(j.get()))
         .map(|_| job.job_gpus.len());
     let mut check = node_check::check_node_for_drain(ctx, opts, job_view);
     if job.mode == Mode::Strict && cfg.dcgm.strict_jobs {

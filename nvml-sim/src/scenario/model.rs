@@ -108,6 +108,14 @@ impl Scenario {
         self.visible.len() as u32
     }
 
+    /// Leave out of NVML's enumeration the GPUs for which `denied` holds,
+    /// as the driver leaves out those whose device node the process may
+    /// not use. NVML indices of the others close up.
+    pub fn hide_gpus(&mut self, denied: impl Fn(&Gpu) -> bool) {
+        let gpus = &self.gpus;
+        self.visible.retain(|&p| !gpus.get(p).is_some_and(&denied));
+    }
+
     /// The GPU at NVML index `index`.
     pub fn visible_gpu(&self, index: u32) -> Option<&Gpu> {
         let position = *self.visible.get(index as usize)?;

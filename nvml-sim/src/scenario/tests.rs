@@ -127,3 +127,14 @@ fn every_shipped_scenario_resolves() {
     }
     assert_eq!(seen, 10);
 }
+
+#[test]
+fn hidden_gpus_leave_the_enumeration_and_indices_close_up() {
+    let mut s = resolve(r#"{"count": 4}"#).unwrap();
+    s.hide_gpus(|g| g.minor_number == 0 || g.minor_number == 2);
+    assert_eq!(s.visible_count(), 2);
+    assert_eq!(s.visible_gpu(0).unwrap().minor_number, 1);
+    assert_eq!(s.visible_gpu(1).unwrap().minor_number, 3);
+    assert_eq!(s.nvml_index_of(3), Some(1));
+    assert_eq!(s.nvml_index_of(0), None);
+}

@@ -33,3 +33,17 @@ pub mod time;
 pub mod topology;
 pub mod verdict;
 pub mod xid;
+
+/// An environment lookup over fixed pairs, for the tests of functions that
+/// take one (`JobEnv::from_env`, `ids::this_node`, `run::invocation`).
+#[cfg(test)]
+pub(crate) fn test_env<'a>(
+    pairs: &'a [(&'a str, &'a str)],
+) -> impl Fn(&str) -> Option<String> + 'a {
+    move |k| {
+        pairs
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+    }
+}

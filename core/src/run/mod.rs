@@ -155,14 +155,7 @@ pub fn guarded<T>(what: &str, on_panic: T, body: impl FnOnce() -> T) -> T {
 mod tests {
     use super::*;
 
-    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }
-    }
+    use crate::test_env as env;
 
     #[test]
     fn which_run_the_prolog_binary_does() {

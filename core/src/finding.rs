@@ -54,9 +54,21 @@ pub struct Finding {
     pub summary: String,
     /// Full explanation for logs, verdicts and the user's terminal.
     pub message: String,
+    /// Who caused it, when another user's program did (an Xid's pid and
+    /// process name): for the node's log only, never shown to a job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub culprit: Option<String>,
 }
 
 impl Finding {
+    /// The node's log line: check, message and, there only, the culprit.
+    pub fn log_line(&self) -> String {
+        match &self.culprit {
+            Some(c) => format!("{}: {} [{c}]", self.check, self.message),
+            None => format!("{}: {}", self.check, self.message),
+        }
+    }
+
     pub fn node(check: &str, action: Action, summary: String, message: String) -> Self {
         Finding {
             check: check.to_string(),
@@ -65,6 +77,7 @@ impl Finding {
             pci: None,
             summary,
             message,
+            culprit: None,
         }
     }
 
@@ -83,6 +96,7 @@ impl Finding {
             pci: pci.map(str::to_string),
             summary,
             message,
+            culprit: None,
         }
     }
 }

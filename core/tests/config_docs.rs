@@ -26,6 +26,7 @@ const OPTIONAL: &[&str] = &[
     "rdma.expected_count",
     "rdma.expected_rate_gbps",
     "rdma.action",
+    "xid.journal_path",
 ];
 
 /// Per-code maps, documented by example rather than by default.

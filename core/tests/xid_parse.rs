@@ -157,8 +157,15 @@ fn journal_iso_time_stamps() {
     assert_eq!(ev[2].time_ms, Some(1_795_960_804_500));
     assert_eq!(ev[2].gpu, None, "an NVSwitch is not a GPU");
     let policy = Policy::from_config(&XidConfig::default());
+    let d = policy.decide(&ev[2]);
+    assert_eq!(d.action, PolicyAction::Warn, "a syslog line cannot drain");
+    assert!(d.forgeable_capped && ev[2].forgeable);
+    let trusting = Policy::from_config(&XidConfig {
+        syslog_may_drain: true,
+        ..XidConfig::default()
+    });
     assert_eq!(
-        policy.decide(&ev[2]).action,
+        trusting.decide(&ev[2]).action,
         PolicyAction::Drain,
         "fatal SXid"
     );

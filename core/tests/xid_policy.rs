@@ -16,6 +16,8 @@ fn event(kind: EventKind, code: u32, message: &str) -> XidEvent {
         time_ms: None,
         monotonic_us: None,
         seq: None,
+        forgeable: false,
+        count: 1,
     }
 }
 
@@ -33,12 +35,34 @@ fn default_table_as_the_issue_asks() {
             "Xid {code}"
         );
     }
-    for code in [48, 62, 64, 74, 79, 95, 119, 120, 140] {
+    // NVIDIA's reset and reboot classes, and the newest codes that need one.
+    for code in [
+        46, 48, 54, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158, 167, 169,
+        171, 172,
+    ] {
         assert_eq!(action(&p, code), PolicyAction::Drain, "Xid {code}");
     }
-    for code in [13, 45, 61, 63, 68, 92, 94, 1, 8, 109, 999] {
+    // Application faults, follow-ups, and codes unused on Ampere and newer
+    // (left to default_action).
+    for code in [13, 45, 61, 63, 68, 92, 94, 1, 8, 56, 999] {
         assert_eq!(action(&p, code), PolicyAction::Warn, "Xid {code}");
     }
+    for code in [37, 38, 44, 137, 160, 162] {
+        assert_eq!(action(&p, code), PolicyAction::Info, "Xid {code}");
+    }
+    // NVLink5 Xids follow the record's own word.
+    let fatal = event(
+        EventKind::Xid,
+        149,
+        "NETIR_LINK_EVT Fatal XC0 i0 Link 08 (0x004505c6 0x00000000)",
+    );
+    assert_eq!(p.decide(&fatal).action, PolicyAction::Drain);
+    let nonfatal = event(
+        EventKind::Xid,
+        145,
+        "RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008)",
+    );
+    assert_eq!(p.decide(&nonfatal).action, PolicyAction::Warn);
     let mut lost = event(EventKind::Xid, 79, "");
     lost.fallen_off_bus = true;
     assert_eq!(p.decide(&lost).action, PolicyAction::Drain);
@@ -147,4 +171,28 @@ fn conflicting_action_and_rule_are_refused() {
     let cfg: XidConfig =
         toml::from_str("[actions]\n31 = \"warn\"\n[rules.31]\naction = \"drain\"\n").unwrap();
     assert!(cfg.validate().unwrap_err().contains("31"));
+}
+
+/// docs/xid-policy.md shows the one Xid table as the code has it. After a
+/// change to core/src/xid/catalog.rs, regenerate it with
+/// `GPU_HEALTH_WRITE_DOCS=1 cargo test -p gpu-health-core --test xid_policy`.
+#[test]
+fn the_docs_table_is_the_code_table() {
+    const BEGIN: &str = "<!-- xid-table:begin (generated from core/src/xid/catalog.rs) -->\n";
+    const END: &str = "<!-- xid-table:end -->";
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/xid-policy.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let start = doc.find(BEGIN).expect("begin marker") + BEGIN.len();
+    let end = doc.find(END).expect("end marker");
+    let table = gpu_health_core::xid::markdown_table();
+    if std::env::var_os("GPU_HEALTH_WRITE_DOCS").is_some() {
+        let updated = format!("{}{table}{}", &doc[..start], &doc[end..]);
+        std::fs::write(&path, updated).unwrap();
+        return;
+    }
+    assert_eq!(
+        &doc[start..end],
+        table,
+        "docs/xid-policy.md's table differs from the code's; regenerate it (see this test's comment)"
+    );
 }

@@ -86,3 +86,113 @@ proptest! {
         let _ = read_source(LogSource::Kmsg(&mut ring), None, &cfg, &snap, 1_795_962_600_000);
     }
 }
+
+/// What the events of a read say, for comparing reads.
+fn said(events: &[gpu_health_core::xid::XidEvent]) -> Vec<(u32, Option<String>, bool)> {
+    events
+        .iter()
+        .map(|e| (e.code, e.pci.clone(), e.fallen_off_bus))
+        .collect()
+}
+
+/// Realistic lines, among them multi-line records and their pieces.
+fn record_line() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(
+            "[  12.345678] NVRM: Xid (PCI:0000:3b:00): 79, pid=7, GPU has fallen off the bus."
+                .to_string()
+        ),
+        Just("[  12.345679] NVRM: The NVIDIA GPU 0000:b3:00.0".to_string()),
+        Just("               NVRM: (PCI ID: 10de:26b5) installed in this system has".to_string()),
+        Just(
+            "               NVRM: fallen off the bus and is not responding to commands."
+                .to_string()
+        ),
+        Just("4,1870,812345678,-;NVRM: Xid (PCI:0000:18:00): 31, pid=5, MMU Fault".to_string()),
+        Just(" SUBSYSTEM=pci".to_string()),
+        Just(
+            "[  13.0] nvidia-nvswitch2: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32"
+                .to_string()
+        ),
+        Just("[  14.0] e1000e 0000:00:1f.6 eno1: NIC Link is Up".to_string()),
+        "[ -~]{0,80}".prop_map(|s| s),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// A file read in two scans, cut at any byte, gives the events one
+    /// read of the whole file gives: a record cut by a scan is not lost,
+    /// nor counted twice.
+    #[test]
+    fn a_scan_boundary_anywhere_changes_nothing(
+        lines in proptest::collection::vec(record_line(), 1..40),
+        cut in 0.0f64..1.0,
+    ) {
+        let text = lines.join("\n") + "\n";
+        let cfg = XidConfig::default();
+        let snap = NodeSnapshot::default();
+        let dir = tempfile::tempdir().unwrap();
+        let whole = dir.path().join("whole.log");
+        std::fs::write(&whole, &text).unwrap();
+        let once = read_since(&whole, None, &cfg, &snap, 1_795_962_600_000).unwrap();
+        let at = ((text.len() as f64) * cut) as usize;
+        let split = dir.path().join("split.log");
+        std::fs::write(&split, &text.as_bytes()[..at]).unwrap();
+        let first = read_since(&split, None, &cfg, &snap, 1_795_962_600_000).unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&split).unwrap();
+        f.write_all(&text.as_bytes()[at..]).unwrap();
+        let second = read_since(&split, first.cursor.as_ref(), &cfg, &snap, 1_795_962_600_000).unwrap();
+        let mut twice = said(&first.events);
+        twice.extend(said(&second.events));
+        prop_assert_eq!(twice, said(&once.events));
+    }
+
+    /// Truncated, rewritten or grown in any way between scans: no panic,
+    /// and the cursor never points past the end of the file.
+    #[test]
+    fn truncation_between_scans_is_survived(
+        before in proptest::collection::vec(line(), 0..30),
+        keep in 0.0f64..1.0,
+        after in proptest::collection::vec(line(), 0..30),
+    ) {
+        let cfg = XidConfig::default();
+        let snap = NodeSnapshot::default();
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("kern.log");
+        let text = before.join(&b'\n');
+        std::fs::write(&log, &text).unwrap();
+        let a = read_since(&log, None, &cfg, &snap, 1_795_962_600_000).unwrap();
+        let kept = ((text.len() as f64) * keep) as usize;
+        let mut rest = text[..kept].to_vec();
+        rest.extend(after.join(&b'\n'));
+        std::fs::write(&log, &rest).unwrap();
+        let b = read_since(&log, a.cursor.as_ref(), &cfg, &snap, 1_795_962_600_000).unwrap();
+        if let Some(gpu_health_core::xid::Cursor::File { offset, .. }) = b.cursor {
+            prop_assert!(offset <= rest.len() as u64);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    /// Lines of any length, up to past the reader's 4 MiB buffer, with an
+    /// Xid-looking tail: never an event from the over-long line's tail.
+    #[test]
+    fn lines_of_any_length(len in prop_oneof![0usize..5000, (4usize << 20) - 64..(4 << 20) + 64, 5usize << 20..6 << 20]) {
+        let cfg = XidConfig::default();
+        let snap = NodeSnapshot::default();
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("kern.log");
+        let mut text = "u".repeat(len);
+        text.push_str("[ 1.0] NVRM: Xid (PCI:0000:18:00): 48, tail\n[ 2.0] NVRM: Xid (PCI:0000:c1:00): 79, real\n");
+        std::fs::write(&log, &text).unwrap();
+        let r = read_since(&log, None, &cfg, &snap, 1_795_962_600_000).unwrap();
+        let codes: Vec<u32> = r.events.iter().map(|e| e.code).collect();
+        // Short or long, the junk line is no kernel record (it starts with
+        // the junk), and past the buffer its tail is not read as a line.
+        prop_assert_eq!(codes, vec![79]);
+    }
+}

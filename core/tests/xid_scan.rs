@@ -112,9 +112,12 @@ struct Env {
 
 fn env() -> Env {
     let dir = tempfile::tempdir().unwrap();
+    // The cursor tests write syslog lines: let them act as the kernel's
+    // (`forgeable_syslog_lines_warn_unless_trusted` tests the default).
     let cfg = XidConfig {
         boot_id_path: dir.path().join("boot_id"),
         uptime_path: dir.path().join("uptime"),
+        syslog_may_drain: true,
         ..XidConfig::default()
     };
     std::fs::write(&cfg.boot_id_path, "3f1c2a5e-0000-4000-8000-000000000001\n").unwrap();

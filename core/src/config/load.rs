@@ -204,6 +204,7 @@ impl Config {
             &mut self.records_dir,
             &mut self.log_file,
             &mut self.prometheus_textfile,
+            &mut self.xid.journal_path,
         ]
         .into_iter()
         .flatten()

@@ -63,6 +63,10 @@ pub struct RecoveryConfig {
     pub auto_return: bool,
     /// Seconds without a draining fault before such a node returns.
     pub quiet_time_s: u64,
+    /// After this many automatic returns for one kind of fault within
+    /// the window, that fault drains as `drain` (0: never).
+    pub escalate_after_returns: u32,
+    pub escalate_window_hours: u64,
 }
 
 impl Default for RecoveryConfig {
@@ -70,17 +74,31 @@ impl Default for RecoveryConfig {
         RecoveryConfig {
             auto_return: true,
             quiet_time_s: 600,
+            escalate_after_returns: 3,
+            escalate_window_hours: 168,
         }
     }
 }
 
 impl RecoveryConfig {
     pub fn validate(&self) -> Result<(), String> {
-        check("recovery.quiet_time_s", self.quiet_time_s as f64)
+        check("recovery.quiet_time_s", self.quiet_time_s as f64)?;
+        check(
+            "recovery.escalate_after_returns",
+            f64::from(self.escalate_after_returns),
+        )?;
+        check(
+            "recovery.escalate_window_hours",
+            self.escalate_window_hours as f64,
+        )
     }
 
     pub fn quiet_ms(&self) -> u64 {
         self.quiet_time_s.saturating_mul(1000)
+    }
+
+    pub fn escalate_window_ms(&self) -> u64 {
+        self.escalate_window_hours.saturating_mul(3_600_000)
     }
 }
 

@@ -92,6 +92,18 @@ pub struct XidConfig {
     /// Per-code rules with repeat thresholds, e.g.
     /// `[xid.rules.31] action = "drain-until-clean", repeat = 3, window_minutes = 60`.
     pub rules: BTreeMap<String, XidRule>,
+    /// Whether Xids read from lines users can forge may drain: syslog
+    /// text lines (`logger -t kernel` writes the same `host kernel:`
+    /// line) and any kernel log file that users other than root may
+    /// write. Off: such Xids warn (shown, strict jobs refused), never drain.
+    pub syslog_may_drain: bool,
+    /// With `kernel_log = "journal"`: a journal directory or file to read
+    /// instead of the system journal (`journalctl --directory/--file`).
+    pub journal_path: Option<PathBuf>,
+    /// The journalctl program.
+    pub journalctl: PathBuf,
+    /// The longest one scan waits for journalctl, all pages together.
+    pub journal_timeout_ms: u64,
     /// Kernel boot id (a new one means the node rebooted).
     pub boot_id_path: PathBuf,
     /// Seconds since boot, to date /dev/kmsg's monotonic timestamps.
@@ -107,6 +119,10 @@ impl Default for XidConfig {
             sxid_default_action: PolicyAction::Warn,
             actions: BTreeMap::new(),
             rules: BTreeMap::new(),
+            syslog_may_drain: false,
+            journal_path: None,
+            journalctl: PathBuf::from("/usr/bin/journalctl"),
+            journal_timeout_ms: 5_000,
             boot_id_path: PathBuf::from("/proc/sys/kernel/random/boot_id"),
             uptime_path: PathBuf::from("/proc/uptime"),
         }
@@ -144,6 +160,7 @@ impl XidConfig {
     /// Refuse settings that cannot be meant.
     pub fn validate(&self) -> Result<(), String> {
         check("xid.lookback_hours", f64::from(self.lookback_hours))?;
+        check("xid.journal_timeout_ms", self.journal_timeout_ms as f64)?;
         for key in self.actions.keys() {
             if CodeKey::parse(key).is_none() {
                 return Err(format!(

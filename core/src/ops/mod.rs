@@ -5,6 +5,7 @@
 //!   the state directory; resumes only of gpu-health's own drains;
 //! - [`pending`]: draining findings no run could act on yet;
 //! - [`recovery`]: when a `drain-until-clean` node may return;
+//! - [`escalation`]: a node returned too often for one fault stays drained;
 //! - [`dcgm`]: the deeper `dcgmi diag` tier;
 //! - [`rdma_ports`]: InfiniBand/RoCE ports the node must have up.
 //!
@@ -16,6 +17,7 @@ pub mod brake;
 pub mod dcgm;
 pub mod drain;
 pub mod drain_record;
+pub mod escalation;
 pub mod pending;
 pub mod rdma_ports;
 pub mod recovery;

@@ -185,6 +185,7 @@ fn act_on_faults(ctx: &RunContext, job_id: JobId, record: &mut JobRecord) {
         &policy,
         &mut RepeatHistory::default(),
         ctx.now_ms,
+        xid::Seen::DuringJob,
     )
     .into_iter()
     .map(|mut f| {
@@ -198,7 +199,7 @@ fn act_on_faults(ctx: &RunContext, job_id: JobId, record: &mut JobRecord) {
         return;
     }
     for f in findings.iter().filter(|f| f.action.drains()) {
-        log::error!("job {job_id}: {}", f.message);
+        log::error!("job {job_id}: {}", f.log_line());
     }
     let view = crate::ops::pending::RunView {
         now_ms: ctx.now_ms,

@@ -7,14 +7,18 @@
 //! `scontrol show node <self>` on a clean run (to learn whether the node
 //! is drained and by whom); the failing path adds the brake's queries.
 
-use crate::finding::{drain_reason, is_own_reason, reason_clears_itself, Action, Finding};
+use crate::finding::{
+    drain_reason, is_own_reason, reason_clears_itself, Action, Finding, REASON_PREFIX,
+};
 use crate::ids::NodeName;
 use crate::ops::dcgm;
 use crate::ops::drain::resume_own;
 use crate::ops::drain_record::{self, DrainRecord};
+use crate::ops::escalation::{self, ReturnHistory};
 use crate::ops::recovery::{self, ReturnDecision};
 use crate::probe::ProbeOptions;
 use crate::slurm::Scontrol;
+use crate::state::StateFile;
 
 use super::node_check::{self, NodeCheck};
 use super::{act, RunContext};
@@ -60,7 +64,7 @@ pub fn run(ctx: &RunContext) -> HealthReport {
     };
     let mut check = node_check::check_node_for_drain(ctx, opts, None);
     for f in check.findings.iter().filter(|f| f.action > Action::Info) {
-        log::warn!("{}: {}", f.check, f.message);
+        log::warn!("{}", f.log_line());
     }
     let slurm = ctx.scontrol();
     let view = node_check::view(ctx, &check);
@@ -121,7 +125,18 @@ fn clean_action(ctx: &RunContext, slurm: &Scontrol<'_>, check: &mut NodeCheck) -
     let problems = recovery::clean_now(&check.findings, &check.snapshot, ctx.config_ok());
     let cfg = &ctx.config().recovery;
     match recovery::auto_return(cfg, &reason, record.as_ref(), &problems, ctx.now_ms) {
-        ReturnDecision::Return => confirm_and_return(ctx, slurm, check),
+        ReturnDecision::Return => {
+            let kinds = record.as_ref().map_or_else(
+                || vec![escalation::fault_kind(reason_body(&reason))],
+                |r| {
+                    r.findings
+                        .iter()
+                        .map(|s| escalation::fault_kind(s))
+                        .collect()
+                },
+            );
+            confirm_and_return(ctx, slurm, check, kinds)
+        }
         ReturnDecision::Wait(why) | ReturnDecision::NotOurs(why) => HealthAction::StaysDrained(why),
     }
 }
@@ -132,6 +147,7 @@ fn confirm_and_return(
     ctx: &RunContext,
     slurm: &Scontrol<'_>,
     check: &mut NodeCheck,
+    kinds: Vec<String>,
 ) -> HealthAction {
     let node = &ctx.node;
     if ctx.config().dcgm.before_return {
@@ -156,6 +172,7 @@ fn confirm_and_return(
     match resume_own(slurm, &ctx.state, node) {
         Ok(()) => {
             log::warn!("{node} returned to service: clean for the quiet time");
+            remember_return(ctx, kinds);
             HealthAction::Returned
         }
         Err(e) => {
@@ -163,4 +180,24 @@ fn confirm_and_return(
             HealthAction::StaysDrained(format!("scontrol resume failed: {e}"))
         }
     }
+}
+
+/// After the return was made: count it for escalation.
+fn remember_return(ctx: &RunContext, kinds: Vec<String>) {
+    let window_ms = ctx.config().recovery.escalate_window_ms();
+    let now = ctx.now_ms;
+    let saved = ctx.state.update(StateFile::ReturnHistory, |h| {
+        let mut h: ReturnHistory = h.unwrap_or_default();
+        h.record(now, kinds, window_ms);
+        (Some(h), ())
+    });
+    if let Err(e) = saved {
+        log::error!("cannot record the automatic return (escalation will not count it): {e}");
+    }
+}
+
+/// A gpu-health reason without its prefix and kind suffix.
+fn reason_body(reason: &str) -> &str {
+    let body = reason.strip_prefix(REASON_PREFIX).unwrap_or(reason).trim();
+    body.rsplit_once(" (").map_or(body, |(b, _)| b)
 }

@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use crate::checks::{self, CheckInput, EccHistory};
-use crate::finding::Finding;
+use crate::finding::{Action, Finding};
+use crate::ops::escalation::{self, ReturnHistory};
 use crate::ops::pending::{PendingDrain, RunView};
 use crate::probe::{self, ProbeOptions};
 use crate::snapshot::NodeSnapshot;
@@ -113,11 +114,37 @@ pub fn check_node_for_drain(
     if let Some(p) = &check.pending {
         let merged = p.to_merge(&check.findings, &view(ctx, &check));
         for f in &merged {
-            log::warn!("{}: {}", f.check, f.message);
+            log::warn!("{}", f.log_line());
         }
         check.findings.extend(merged);
     }
+    escalate(ctx, &mut check.findings);
     check
+}
+
+/// A fault the automatic return keeps bringing the node back for drains
+/// for an admin (see `ops::escalation`). The history is read only when a
+/// finding would drain until clean.
+fn escalate(ctx: &RunContext, findings: &mut [Finding]) {
+    if !findings.iter().any(|f| f.action == Action::DrainUntilClean) {
+        return;
+    }
+    let history = match ctx.state.load::<ReturnHistory>(StateFile::ReturnHistory) {
+        Ok(h) => h.unwrap_or_default(),
+        Err(e) => {
+            log::error!("the automatic-return history is unusable ({e}); not escalating");
+            return;
+        }
+    };
+    let cfg = &ctx.config().recovery;
+    if escalation::escalate(findings, &history, cfg, ctx.now_ms) > 0 {
+        log::error!(
+            "{} returned by itself {} times or more within {} h for the same fault: draining it for an admin",
+            ctx.node,
+            cfg.escalate_after_returns,
+            cfg.escalate_window_hours
+        );
+    }
 }
 
 /// What the pending rules need to know about this run.

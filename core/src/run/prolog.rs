@@ -86,8 +86,8 @@ pub fn run(ctx: &RunContext, job: &JobEnv) -> i32 {
 pub(super) fn log_findings(findings: &[Finding]) {
     for f in findings {
         match f.action {
-            Action::Info => log::info!("{}: {}", f.check, f.message),
-            _ => log::warn!("{}: {}", f.check, f.message),
+            Action::Info => log::info!("{}", f.log_line()),
+            _ => log::warn!("{}", f.log_line()),
         }
     }
 }

@@ -101,10 +101,14 @@ pub fn run(ctx: &RunContext, target: &NodeName, force: bool) -> ResumeOutcome {
     }
 }
 
-/// The admin returned the node: what was pending is dealt with.
+/// The admin returned the node: what was pending is dealt with, and the
+/// count of automatic returns starts over (someone looked at the node).
 fn forget_pending(ctx: &RunContext) {
     if let Err(e) = ctx.state.remove(StateFile::PendingDrain) {
         log::error!("cannot forget the pending drain findings: {e}");
+    }
+    if let Err(e) = ctx.state.remove(StateFile::ReturnHistory) {
+        log::error!("cannot forget the automatic-return history: {e}");
     }
 }
 

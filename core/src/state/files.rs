@@ -28,6 +28,8 @@ pub enum StateFile {
     DrainRecord,
     /// Draining findings no run could act on yet, with why.
     PendingDrain,
+    /// The automatic returns of this node (escalation counts them).
+    ReturnHistory,
     /// The latest job records, for the Prometheus textfile.
     RecentJobs,
     /// The prolog's verdict on a job (read by the SPANK plugin).
@@ -55,6 +57,7 @@ impl StateFile {
             StateFile::NodeSnapshot => "node-snapshot.json".into(),
             StateFile::DrainRecord => "drain.json".into(),
             StateFile::PendingDrain => "pending-drain.json".into(),
+            StateFile::ReturnHistory => "returns.json".into(),
             StateFile::RecentJobs => "recent-jobs.json".into(),
             StateFile::JobVerdict(job) => format!("{job}.json"),
             StateFile::JobStart(job) => format!("{job}{START_SUFFIX}"),
@@ -78,7 +81,10 @@ impl StateFile {
     pub(super) fn durable(self) -> bool {
         matches!(
             self,
-            StateFile::DrainRecord | StateFile::PendingDrain | StateFile::SpooledRecord { .. }
+            StateFile::DrainRecord
+                | StateFile::PendingDrain
+                | StateFile::ReturnHistory
+                | StateFile::SpooledRecord { .. }
         )
     }
 

@@ -1,41 +1,222 @@
-//! What the common Xid codes mean, in short (source: NVIDIA's Xid catalog;
-//! wording ours). Used in finding messages and `gpu-health xids`.
+//! The one Xid table: per code, what it means, what gpu-health does by
+//! default, what NVIDIA's Xid catalog says to do, and where the fault
+//! usually comes from. Facts from NVIDIA's catalog ("Analyzing Xid
+//! Errors with the Xid Catalog", docs.nvidia.com, Ampere and newer);
+//! wording ours. The policy, `gpu-health xids --catalog` and the table
+//! in docs/xid-policy.md all come from here (a test holds the doc to it).
+//!
+//! Codes NVIDIA lists as unused on Ampere and newer (1-7, 16, 56-58, 61,
+//! 65, 73, 81, 122-124, ...) are left out: should one appear, the
+//! configured `default_action` applies.
+
+use crate::config::PolicyAction;
+
+/// How the built-in table decides for one code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DefaultAction {
+    Fixed(PolicyAction),
+    /// Xid 154: the action follows the recovery action the record names.
+    FollowRecoveryAction,
+    /// NVLink5 Xids 144-150 (and SXids): the record says `Fatal` or
+    /// `Nonfatal`; fatal drains, anything else warns.
+    BySeverityWord,
+}
+
+/// NVIDIA's immediate action for a code (the catalog's resolution
+/// bucket), in the catalog's own terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    /// `IGNORE`: no action needed.
+    Ignore,
+    /// `RESTART_APP`: the application should be restarted.
+    RestartApp,
+    /// `RESET_GPU`.
+    ResetGpu,
+    /// `RESTART_BM`: restart the bare-metal node.
+    RebootNode,
+    /// `RESTART_VM`: restart the VM owning the GPU.
+    RestartVm,
+    /// `CHECK_MECHANICALS`: seating and connections.
+    CheckMechanicals,
+    /// `UPDATE_SWFW`: update driver and firmware.
+    UpdateSoftware,
+    /// `CHECK_UVM`: reset when UVM/vGPU is used, else ignore.
+    CheckUvm,
+    /// `XID_154`: do what the record says.
+    FollowRecoveryAction,
+    /// `WORKFLOW_*`: a decision flow on the record's details (45, 48,
+    /// NVLink 74 and 144-150).
+    Workflow,
+    /// The catalog names no bucket yet (the newest codes).
+    NotGiven,
+}
+
+impl Resolution {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Resolution::Ignore => "ignore",
+            Resolution::RestartApp => "restart the application",
+            Resolution::ResetGpu => "reset the GPU",
+            Resolution::RebootNode => "reboot the node",
+            Resolution::RestartVm => "restart the VM",
+            Resolution::CheckMechanicals => "check mechanicals",
+            Resolution::UpdateSoftware => "update driver and firmware",
+            Resolution::CheckUvm => "reset if UVM/vGPU is used",
+            Resolution::FollowRecoveryAction => "follow the recovery action",
+            Resolution::Workflow => "NVIDIA workflow",
+            Resolution::NotGiven => "not given",
+        }
+    }
+}
+
+/// Where the fault usually comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The application's own code (bad address, bad data).
+    Application,
+    /// The GPU, its memory, its links.
+    Hardware,
+    /// Driver or GPU firmware.
+    DriverFirmware,
+    /// PCIe, power or cooling around the GPU.
+    Platform,
+    /// It follows or summarises another Xid.
+    FollowUp,
+    /// A mode or setting (confidential computing, vGPU, power smoothing).
+    Configuration,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Application => "application",
+            Source::Hardware => "hardware",
+            Source::DriverFirmware => "driver/firmware",
+            Source::Platform => "PCIe/power/cooling",
+            Source::FollowUp => "follow-up",
+            Source::Configuration => "configuration",
+        }
+    }
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XidInfo {
+    pub code: u32,
+    pub meaning: &'static str,
+    pub default: DefaultAction,
+    pub resolution: Resolution,
+    pub source: Source,
+    /// Why the default is what it is, where it is not NVIDIA's bucket
+    /// read plainly (empty when it is).
+    pub why: &'static str,
+}
+
+const fn row(
+    code: u32,
+    meaning: &'static str,
+    default: DefaultAction,
+    resolution: Resolution,
+    source: Source,
+    why: &'static str,
+) -> XidInfo {
+    XidInfo {
+        code,
+        meaning,
+        default,
+        resolution,
+        source,
+        why,
+    }
+}
+
+use DefaultAction::{BySeverityWord as BySeverity, Fixed, FollowRecoveryAction as Follow};
+use PolicyAction::{Drain, DrainUntilClean, Info, Warn};
+use Resolution as R;
+use Source as S;
+
+/// NVIDIA's catalog for Ampere and newer, in code order.
+pub const CATALOG: &[XidInfo] = &[
+    row(8, "GPU stopped processing (channel idle timeout)", Fixed(Warn), R::RestartApp, S::DriverFirmware, ""),
+    row(11, "invalid or corrupted push buffer stream", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(13, "graphics engine exception (illegal instruction, address or trap in a kernel)", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(25, "invalid or illegal push buffer stream", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(31, "GPU memory page fault (MMU fault: illegal address)", Fixed(DrainUntilClean), R::RestartApp, S::Application, "the project's mission drains on 31; as it is mostly the application's fault, a clean check returns the node by itself"),
+    row(32, "invalid or corrupted push buffer stream (PCIe quality)", Fixed(Warn), R::RestartApp, S::Platform, ""),
+    row(37, "driver firmware error (unimplemented method)", Fixed(Info), R::Ignore, S::DriverFirmware, ""),
+    row(38, "driver firmware error (watchdog timeout)", Fixed(Info), R::Ignore, S::DriverFirmware, ""),
+    row(43, "GPU stopped processing a channel (reset after a software fault); the GPU stays healthy", Fixed(DrainUntilClean), R::Ignore, S::Application, "the project's mission drains on 43; a clean check returns the node by itself"),
+    row(44, "graphics engine fault during a context switch", Fixed(Info), R::Ignore, S::DriverFirmware, ""),
+    row(45, "preemptive cleanup after an earlier error or a killed process", Fixed(Warn), R::Workflow, S::FollowUp, "a follow-up: the Xid it follows carries the cause and the action; alone it is shown, strict jobs wait"),
+    row(46, "GPU stopped processing (GPU timeout)", Fixed(Drain), R::ResetGpu, S::DriverFirmware, ""),
+    row(48, "double-bit (uncorrectable) ECC error", Fixed(Drain), R::Workflow, S::Hardware, "results after it cannot be trusted; NVIDIA's flow starts with a GPU reset"),
+    row(54, "auxiliary power is not connected to the GPU board (clocks reduced)", Fixed(Drain), R::CheckMechanicals, S::Platform, "someone has to reconnect the power cable"),
+    row(60, "video processor exception", Fixed(Warn), R::RestartApp, S::DriverFirmware, ""),
+    row(62, "internal micro-controller halt", Fixed(Drain), R::ResetGpu, S::DriverFirmware, ""),
+    row(63, "GPU memory row remapping recorded; applied at the next GPU reset", Fixed(Warn), R::Ignore, S::Hardware, "the remap waits for a reset; strict jobs are kept off until the node's check is clean"),
+    row(64, "GPU memory row remapping failed", Fixed(Drain), R::ResetGpu, S::Hardware, ""),
+    row(66, "illegal access by the driver (register access violation)", Fixed(Info), R::Ignore, S::DriverFirmware, ""),
+    row(67, "illegal access by the driver (verification violation)", Fixed(Info), R::Ignore, S::DriverFirmware, ""),
+    row(68, "video decoder (NVDEC0) exception", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(69, "graphics engine class error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(74, "NVLink error", Fixed(Drain), R::Workflow, S::Hardware, "a link fault, here or at the peer; cleared by a GPU reset or reboot"),
+    row(78, "vGPU start error (guest and host drivers do not match)", Fixed(Warn), R::UpdateSoftware, S::Configuration, ""),
+    row(79, "GPU has fallen off the bus (no longer answers on PCIe)", Fixed(Drain), R::RebootNode, S::Platform, ""),
+    row(80, "corrupted data sent to the GPU", Fixed(Warn), R::RestartApp, S::Platform, ""),
+    row(92, "high single-bit (corrected) ECC error rate", Fixed(Warn), R::Ignore, S::Hardware, "a trend to watch: the ECC rate thresholds decide on draining, strict jobs wait"),
+    row(93, "InfoROM wear limit exceeded (non-fatal)", Fixed(Info), R::Ignore, S::Configuration, ""),
+    row(94, "contained memory error: only the affected application was stopped", Fixed(Warn), R::RestartApp, S::Hardware, ""),
+    row(95, "uncontained memory error: every process on the GPU may be affected", Fixed(Drain), R::ResetGpu, S::Hardware, ""),
+    row(109, "context switch timeout", Fixed(Drain), R::ResetGpu, S::DriverFirmware, ""),
+    row(110, "security fault", Fixed(Drain), R::ResetGpu, S::Hardware, ""),
+    row(119, "GSP firmware RPC timeout", Fixed(Drain), R::ResetGpu, S::DriverFirmware, ""),
+    row(120, "GSP firmware error", Fixed(Drain), R::ResetGpu, S::DriverFirmware, ""),
+    row(121, "corrected C2C link errors (Grace-Hopper/Blackwell)", Fixed(Info), R::Ignore, S::Hardware, ""),
+    row(136, "NVLink link training failed", Fixed(Drain), R::ResetGpu, S::Hardware, ""),
+    row(137, "NVLink privilege error (illegal peer-to-peer access)", Fixed(Info), R::Ignore, S::Application, ""),
+    row(140, "unrecovered ECC error (pages could not be retired or remapped)", Fixed(Drain), R::ResetGpu, S::Hardware, ""),
+    row(141, "CUDA fast path error", Fixed(Info), R::Ignore, S::DriverFirmware, ""),
+    row(143, "GPU initialisation error", Fixed(Drain), R::ResetGpu, S::Hardware, ""),
+    row(144, "NVLink5 SAW error", BySeverity, R::Workflow, S::Hardware, "the record says Fatal (drain) or Nonfatal (warn)"),
+    row(145, "NVLink5 RLW error", BySeverity, R::Workflow, S::Hardware, "the record says Fatal (drain) or Nonfatal (warn)"),
+    row(146, "NVLink5 TLW error", BySeverity, R::Workflow, S::Hardware, "the record says Fatal (drain) or Nonfatal (warn)"),
+    row(147, "NVLink5 TREX error", BySeverity, R::Workflow, S::Hardware, "the record says Fatal (drain) or Nonfatal (warn)"),
+    row(148, "NVLink5 NVLPW_CTRL error", BySeverity, R::Workflow, S::DriverFirmware, "the record says Fatal (drain) or Nonfatal (warn)"),
+    row(149, "NVLink5 NETIR error (link down, bit errors)", BySeverity, R::Workflow, S::Hardware, "the record says Fatal (drain) or Nonfatal (warn)"),
+    row(150, "NVLink5 MSE error (firmware watchdog)", BySeverity, R::Workflow, S::DriverFirmware, "the record says Fatal (drain) or Nonfatal (warn)"),
+    row(151, "key rotation error (confidential computing)", Fixed(Warn), R::RestartVm, S::Configuration, "a VM restart is not the scheduler's to do; shown, strict jobs wait"),
+    row(154, "the GPU's required recovery action changed", Follow, R::FollowRecoveryAction, S::FollowUp, "see Xid 154 below"),
+    row(155, "NVLink link down on purpose (software defined)", Fixed(Drain), R::ResetGpu, S::DriverFirmware, ""),
+    row(156, "resource retirement event (applied at the next reset)", Fixed(Drain), R::ResetGpu, S::Hardware, ""),
+    row(157, "resource retirement failed (no spare resources left)", Fixed(Warn), R::Ignore, S::Hardware, "the same fault can come back: shown, strict jobs wait"),
+    row(158, "GPU fatal timeout", Fixed(Drain), R::ResetGpu, S::DriverFirmware, ""),
+    row(159, "CHI non-data error on a C2C link", Fixed(Warn), R::CheckUvm, S::Hardware, "whether UVM is in use is the job's business: shown, strict jobs wait"),
+    row(160, "channel retirement event", Fixed(Info), R::Ignore, S::DriverFirmware, ""),
+    row(161, "channel retirement failure", Fixed(Info), R::Ignore, S::DriverFirmware, ""),
+    row(162, "power smoothing circuitry re-engaged", Fixed(Info), R::NotGiven, S::Platform, "informational"),
+    row(163, "power smoothing circuitry disengaged (thermal events or timeout)", Fixed(Info), R::NotGiven, S::Platform, "NVIDIA: no reset required"),
+    row(164, "power smoothing circuitry: low lifetime left", Fixed(Warn), R::NotGiven, S::Platform, "plan to replace the GPU if power smoothing is needed"),
+    row(165, "power smoothing circuitry: lifetime exhausted (disabled)", Fixed(Warn), R::NotGiven, S::Platform, "plan to replace the GPU if power swings matter"),
+    row(166, "NVLink traffic before the link was set up for encryption (confidential computing)", Fixed(Warn), R::NotGiven, S::Configuration, "confidential computing mode only"),
+    row(167, "PCIe fatal timeout", Fixed(Drain), R::NotGiven, S::Platform, "the GPU stopped answering on PCIe, as for 79"),
+    row(168, "errors in the write-protected region: GPU memory capacity reduced", Fixed(Drain), R::NotGiven, S::Hardware, "needs an admin: enable ECC (row remapping) or reboot"),
+    row(169, "internal micro-controller halt (SEC2)", Fixed(Drain), R::NotGiven, S::DriverFirmware, "as for 62"),
+    row(170, "interrupt in confidential computing mode", Fixed(Warn), R::NotGiven, S::Configuration, "confidential computing mode only"),
+    row(171, "uncorrectable DRAM error (details of an Xid 48)", Fixed(Drain), R::NotGiven, S::Hardware, "as for 48"),
+    row(172, "uncorrectable SRAM error (details of an Xid 48)", Fixed(Drain), R::NotGiven, S::Hardware, "as for 48"),
+];
+
+/// The row of an Xid code, when the table has one.
+pub fn entry(code: u32) -> Option<&'static XidInfo> {
+    CATALOG
+        .binary_search_by_key(&code, |e| e.code)
+        .ok()
+        .map(|i| &CATALOG[i])
+}
 
 /// Short meaning of an Xid code, when it is one we know.
 pub fn xid_meaning(code: u32) -> Option<&'static str> {
-    Some(match code {
-        8 => "GPU stopped processing (channel timeout)",
-        13 => "graphics engine exception, usually an application fault",
-        31 => "GPU memory page fault (illegal address), usually an application fault",
-        32 => "corrupted push buffer stream",
-        38 => "driver firmware error",
-        43 => "GPU stopped processing a channel (reset), usually an application fault",
-        44 => "graphics engine fault during a context switch",
-        45 => "preemptive cleanup after an earlier error (follows another Xid)",
-        48 => "double-bit (uncorrectable) ECC error",
-        56 => "display engine error",
-        57 => "error programming the video memory interface",
-        58 => "unstable video memory interface",
-        61 => "internal micro-controller breakpoint or warning",
-        62 => "internal micro-controller halt",
-        63 => "ECC page retirement or row remapping recorded; applied at the next GPU reset",
-        64 => "ECC page retirement or row remapping failed",
-        68 => "video decoder (NVDEC) exception",
-        69 => "graphics engine class error",
-        74 => "NVLink error",
-        79 => "GPU has fallen off the bus (stopped answering on PCIe)",
-        92 => "high rate of corrected (single-bit) ECC errors",
-        94 => "contained memory error: the affected application was stopped",
-        95 => "uncontained memory error: the GPU must be reset",
-        109 => "context switch timeout",
-        119 => "GSP firmware RPC timeout",
-        120 => "GSP firmware error",
-        121 => "C2C link error",
-        140 => "unrecovered ECC error",
-        143 => "GPU initialisation failure",
-        154 => "the driver changed the GPU's required recovery action",
-        _ => return None,
-    })
+    entry(code).map(|e| e.meaning)
 }
 
 /// Short meaning of an SXid: the catalog has too many to list; the
@@ -48,11 +229,71 @@ pub fn sxid_meaning(fatal: bool) -> &'static str {
     }
 }
 
-/// Whether an SXid message marks the error fatal (`Fatal, Link ...`), as
-/// opposed to `Non-fatal, ...`.
+/// Whether an SXid or NVLink5 Xid record marks the error fatal: SXids
+/// say `Fatal, Link ...` or `Non-fatal, ...`; NVLink5 Xids 144-150 say
+/// `NETIR_LINK_EVT Fatal XC0 ...` or `RLW_RXPIPE Nonfatal XC0 ...`.
 pub fn sxid_is_fatal(message: &str) -> bool {
-    message
-        .split(',')
-        .next()
-        .is_some_and(|w| w.trim().eq_ignore_ascii_case("fatal"))
+    let first = message.split(',').next().unwrap_or("");
+    first.trim().eq_ignore_ascii_case("fatal")
+        || first
+            .split_whitespace()
+            .take(3)
+            .any(|w| w.eq_ignore_ascii_case("fatal"))
+}
+
+/// The table as docs/xid-policy.md shows it (Markdown).
+pub fn markdown_table() -> String {
+    let mut out = String::from(
+        "| Xid | meaning | default | NVIDIA's action | usual source | why the default |\n\
+         |---|---|---|---|---|---|\n",
+    );
+    for e in CATALOG {
+        let default = match e.default {
+            DefaultAction::Fixed(a) => a.as_str(),
+            DefaultAction::FollowRecoveryAction => "by its recovery action",
+            DefaultAction::BySeverityWord => "by its Fatal/Nonfatal word",
+        };
+        out.push_str(&format!(
+            "| {} | {} | {default} | {} | {} | {} |\n",
+            e.code,
+            e.meaning,
+            e.resolution.as_str(),
+            e.source.as_str(),
+            e.why
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sorted_unique_and_reset_class_codes_drain() {
+        assert!(CATALOG.windows(2).all(|w| w[0].code < w[1].code));
+        for e in CATALOG {
+            if matches!(e.resolution, Resolution::ResetGpu | Resolution::RebootNode) {
+                assert_eq!(e.default, Fixed(Drain), "Xid {}", e.code);
+            }
+        }
+        for unused in [1, 16, 56, 57, 58, 61, 65, 73, 81, 122] {
+            assert!(entry(unused).is_none(), "Xid {unused} is unused on Ampere+");
+        }
+    }
+
+    #[test]
+    fn severity_words() {
+        assert!(sxid_is_fatal("Fatal, Link 48 LTSSM Fault Up"));
+        assert!(!sxid_is_fatal("Non-fatal, Link 32 egress"));
+        assert!(sxid_is_fatal(
+            "NETIR_LINK_EVT Fatal XC0 i0 Link 08 (0x004505c6 0x00000000)"
+        ));
+        assert!(!sxid_is_fatal(
+            "RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008)"
+        ));
+        assert!(!sxid_is_fatal(
+            "Graphics Exception: fatal-looking words later"
+        ));
+    }
 }

@@ -27,6 +27,8 @@ pub enum Cursor {
         tail_len: u32,
         tail_hash: u64,
     },
+    /// The systemd journal: its own cursor string (`s=...;i=...;...`).
+    Journal { cursor: String },
 }
 
 /// Saved state of the node's Xid scan: what the last committed scan read,

@@ -2,7 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::parse::{Payload, Record};
+use super::log_read::LogRead;
+use super::parse::{Origin, Payload, Record};
+use super::policy::Policy;
 use super::stamp::{Stamp, TimeContext};
 use crate::snapshot::NodeSnapshot;
 
@@ -39,6 +41,22 @@ pub struct XidEvent {
     pub monotonic_us: Option<u64>,
     /// `/dev/kmsg` sequence number, when known.
     pub seq: Option<u64>,
+    /// Read from a source users can write to (a syslog text file, a log
+    /// file others may write): by default it cannot drain a node.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub forgeable: bool,
+    /// How many events of the log this one stands for: more than 1 when
+    /// a storm was folded (this is the latest of them).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub count: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn is_one(n: &u64) -> bool {
+    *n == 1
 }
 
 impl XidEvent {
@@ -53,6 +71,17 @@ impl XidEvent {
     /// The finding summary (and drain reason part), e.g.
     /// `Xid 79 GPU5 0000:c1:00.0 pid=2210`.
     pub fn summary(&self) -> String {
+        let mut s = self.place();
+        if !self.fallen_off_bus {
+            if let Some(pid) = self.pid {
+                s.push_str(&format!(" pid={pid}"));
+            }
+        }
+        s
+    }
+
+    /// What and where, without the process: `Xid 79 GPU5 0000:c1:00.0`.
+    pub fn place(&self) -> String {
         let mut s = self.label();
         if let Some(gpu) = self.gpu {
             s.push_str(&format!(" GPU{gpu}"));
@@ -63,8 +92,6 @@ impl XidEvent {
         }
         if self.fallen_off_bus {
             s.push_str(" fallen off the bus");
-        } else if let Some(pid) = self.pid {
-            s.push_str(&format!(" pid={pid}"));
         }
         s
     }
@@ -84,6 +111,9 @@ impl XidEvent {
 struct PendingHeader {
     pci: String,
     position: u64,
+    /// An event came after the header: rereading from the header would
+    /// count that event twice.
+    passed: bool,
 }
 
 /// Turns records into events; holds the one piece of cross-line state: a
@@ -94,17 +124,36 @@ pub struct Assembler {
     /// follow its header.
     window: u64,
     ctx: TimeContext,
+    /// Gives each event its action for the storm fold.
+    policy: Policy,
 }
 
 impl Assembler {
     /// `window`: distance in the unit of the positions passed to
     /// [`Assembler::feed`] (bytes for files, records for /dev/kmsg).
-    pub fn new(window: u64, ctx: TimeContext) -> Self {
+    pub fn new(window: u64, ctx: TimeContext, policy: Policy) -> Self {
         Assembler {
             pending: None,
             window,
             ctx,
+            policy,
         }
+    }
+
+    /// [`Assembler::feed`], the event (if any) added to `out`.
+    pub(crate) fn feed_into(&mut self, record: Record, position: u64, out: &mut LogRead) {
+        if let Some(ev) = self.feed(record, position) {
+            let action = self.policy.decide(&ev).action;
+            out.push(ev, action);
+        }
+    }
+
+    /// Where a reader should go on from next time instead of `end`: at a
+    /// lost-GPU header still waiting for its "fallen off" part (the rest
+    /// of the message may not be written yet), unless an event followed it.
+    pub fn holdback(&self, end: u64) -> Option<u64> {
+        let h = self.pending.as_ref()?;
+        (!h.passed && end.saturating_sub(h.position) <= self.window).then_some(h.position)
     }
 
     /// The event a record completes, if any. `position` must not decrease.
@@ -112,8 +161,24 @@ impl Assembler {
         let Record {
             stamp,
             seq,
+            origin,
             payload,
         } = record;
+        let mut ev = self.feed_payload(payload, stamp, seq, position)?;
+        ev.forgeable = origin == Origin::SyslogTag;
+        if let Some(h) = &mut self.pending {
+            h.passed = true;
+        }
+        Some(ev)
+    }
+
+    fn feed_payload(
+        &mut self,
+        payload: Payload,
+        stamp: Stamp,
+        seq: Option<u64>,
+        position: u64,
+    ) -> Option<XidEvent> {
         match payload {
             Payload::Xid {
                 code,
@@ -126,7 +191,11 @@ impl Assembler {
                 Some(self.event(EventKind::Sxid, code, pci, stamp, seq, message, None, None))
             }
             Payload::GpuHeader { pci } => {
-                self.pending = Some(PendingHeader { pci, position });
+                self.pending = Some(PendingHeader {
+                    pci,
+                    position,
+                    passed: false,
+                });
                 None
             }
             Payload::FallenOff { pci } => {
@@ -181,6 +250,8 @@ impl Assembler {
                 _ => None,
             },
             seq,
+            forgeable: false,
+            count: 1,
         }
     }
 }

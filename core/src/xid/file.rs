@@ -17,6 +17,7 @@ use super::cursor::{fnv1a, Cursor};
 use super::event::Assembler;
 use super::log_read::LogRead;
 use super::parse::{parse_line, unwrap};
+use super::policy::Policy;
 use super::stamp::{Stamp, TimeContext};
 
 const CHUNK: usize = 4 << 20;
@@ -30,12 +31,13 @@ pub(crate) fn read_file(
     path: &Path,
     since: Option<&Cursor>,
     ctx: TimeContext,
+    policy: &Policy,
 ) -> std::io::Result<LogRead> {
     let file = open(path)?;
     let meta = file.metadata()?;
     let (dev, ino, len) = (meta.dev(), meta.ino(), meta.len());
     let mut out = LogRead::empty();
-    let mut asm = Assembler::new(FALLEN_OFF_WINDOW_BYTES, ctx);
+    let mut asm = Assembler::new(FALLEN_OFF_WINDOW_BYTES, ctx, policy.clone());
     let start = match since {
         None => first_scan_start(&file, path, len, &mut out)?,
         Some(c @ Cursor::File { dev: d, ino: i, .. }) if (*d, *i) == (dev, ino) => {
@@ -49,15 +51,28 @@ pub(crate) fn read_file(
             ));
             0
         }
-        Some(Cursor::Kmsg { .. }) => {
+        Some(Cursor::Kmsg { .. } | Cursor::Journal { .. }) => {
             out.restart(format!(
-                "the saved cursor is for /dev/kmsg, {} is a file; reading it from the start",
+                "the saved cursor is for another kind of kernel log, {} is a file; reading it from the start",
                 path.display()
             ));
             0
         }
     };
     let end = read_range(&file, start, len, &mut asm, &mut out)?;
+    if let Some(who) = others_may_write(&meta) {
+        // Whatever format its lines have, anyone who can write the file
+        // can write an Xid line.
+        if !out.events.is_empty() {
+            out.notes.push(format!(
+                "{} can be written by {who}: its Xids count as forgeable (they warn, never drain, unless xid.syslog_may_drain = true)",
+                path.display()
+            ));
+        }
+        for ev in &mut out.events {
+            ev.forgeable = true;
+        }
+    }
     out.last_monotonic_us = last_monotonic_us(&file, end)?;
     let tail_len = end.min(TAIL);
     let tail = read_exact_at(&file, end - tail_len, tail_len as usize)?;
@@ -161,6 +176,22 @@ fn finish_rotated(
     Ok(())
 }
 
+/// Who other than root (and this process's own user) may write the log
+/// file, if anyone.
+fn others_may_write(meta: &std::fs::Metadata) -> Option<String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if meta.uid() != 0 && meta.uid() != euid {
+        Some(format!("its owner, uid {}", meta.uid()))
+    } else if meta.mode() & 0o002 != 0 {
+        Some("every user (mode o+w)".to_string())
+    } else if meta.mode() & 0o020 != 0 {
+        Some(format!("group {} (mode g+w)", meta.gid()))
+    } else {
+        None
+    }
+}
+
 fn open(path: &Path) -> std::io::Result<File> {
     // Non-blocking: a FIFO named by mistake must not hang a prolog.
     OpenOptions::new()
@@ -191,8 +222,13 @@ fn tail_matches(file: &File, offset: u64, tail_len: u32, hash: u64) -> std::io::
     Ok(tail.len() as u64 == tail_len && fnv1a(&tail) == hash)
 }
 
-/// Parse complete lines in `[start, end)`; returns the offset after the
-/// last complete line (a line still being written is left for next time).
+/// Parse complete lines in `[start, end)`; returns the offset to go on
+/// from next time: after the last complete line (a line still being
+/// written is left for next time), or at a lost-GPU header whose
+/// continuation may still be coming (so a message cut by the end of a
+/// scan is read whole by the next one). A line longer than the buffer
+/// cannot be a kernel record and is dropped whole, so that its tail is
+/// never read as a line of its own.
 fn read_range(
     file: &File,
     start: u64,
@@ -205,6 +241,8 @@ fn read_range(
     let mut buf = vec![0u8; size];
     let mut pos = start; // file offset of buf[0]
     let mut filled = 0usize;
+    // Start of an over-long line being dropped.
+    let mut dropping: Option<u64> = None;
     while pos + (filled as u64) < end && !buf.is_empty() {
         let want = (buf.len() - filled).min((end - pos - filled as u64) as usize);
         let n = file.read_at(&mut buf[filled..filled + want], pos + filled as u64)?;
@@ -212,32 +250,65 @@ fn read_range(
             break;
         }
         filled += n;
-        match memchr::memrchr(b'\n', &buf[..filled]) {
-            Some(last) => {
-                scan_lines(&buf[..=last], pos, &finders, asm, out);
-                buf.copy_within(last + 1..filled, 0);
-                pos += last as u64 + 1;
-                filled -= last + 1;
+        let at_end = pos + filled as u64 == end;
+        if dropping.is_some() {
+            match memchr::memchr(b'\n', &buf[..filled]) {
+                Some(i) => {
+                    buf.copy_within(i + 1..filled, 0);
+                    pos += i as u64 + 1;
+                    filled -= i + 1;
+                    dropping = None;
+                }
+                None => {
+                    pos += filled as u64;
+                    filled = 0;
+                    continue;
+                }
             }
-            None if filled == buf.len() && pos + (filled as u64) < end => {
-                // One line longer than the buffer: not a kernel record.
-                pos += filled as u64;
-                filled = 0;
-            }
-            None => {}
+        }
+        if let Some(last) = memchr::memrchr(b'\n', &buf[..filled]) {
+            // The last whole line ends its record unless an indented
+            // continuation line follows or may still follow it.
+            let last_line_done = match buf.get(last + 1..filled) {
+                Some([next, ..]) => !matches!(next, b' ' | b'\t'),
+                _ => at_end,
+            };
+            let consumed = scan_lines(&buf[..=last], pos, last_line_done, &finders, asm, out);
+            buf.copy_within(consumed..filled, 0);
+            pos += consumed as u64;
+            filled -= consumed;
+        }
+        if filled == buf.len() && !at_end {
+            // One line (or record) longer than the buffer.
+            log::warn!(
+                "kernel log: a line of more than {} MiB at byte {pos} was dropped unread",
+                CHUNK >> 20
+            );
+            dropping = Some(pos);
+            pos += filled as u64;
+            filled = 0;
         }
     }
-    Ok(pos)
+    if let Some(from) = dropping {
+        // Still inside the over-long line: go on from its start next time.
+        return Ok(from);
+    }
+    Ok(asm.holdback(pos).unwrap_or(pos))
 }
 
-/// Parse, in order, the lines of `chunk` that hold a candidate word.
+/// Parse, in order, the records of `chunk` (whole lines) that hold a
+/// candidate word; a record is its line plus the indented continuation
+/// lines under it (`dmesg` and `journalctl` print a multi-line kernel
+/// record that way). Returns how many bytes were dealt with: a record
+/// that ends the chunk is left for the next chunk unless `done`.
 fn scan_lines(
     chunk: &[u8],
     base: u64,
+    done: bool,
     finders: &(Finder, Finder),
     asm: &mut Assembler,
     out: &mut LogRead,
-) {
+) -> usize {
     let mut nvrm = finders.0.find_iter(chunk).peekable();
     let mut sxid = finders.1.find_iter(chunk).peekable();
     let mut done_until = 0usize;
@@ -253,14 +324,50 @@ fn scan_lines(
             continue;
         }
         let start = memchr::memrchr(b'\n', &chunk[..hit]).map_or(0, |i| i + 1);
-        let end = memchr::memchr(b'\n', &chunk[hit..]).map_or(chunk.len(), |i| hit + i);
-        done_until = end + 1;
-        if let Some(record) = parse_line(&chunk[start..end]) {
-            if let Some(ev) = asm.feed(record, base + start as u64) {
-                out.push(ev);
-            }
+        let end = line_end(chunk, hit);
+        let mut record_end = end;
+        while record_end + 1 < chunk.len() && matches!(chunk[record_end + 1], b' ' | b'\t') {
+            record_end = line_end(chunk, record_end + 1);
+        }
+        if !done && record_end + 1 >= chunk.len() {
+            return start;
+        }
+        done_until = record_end + 1;
+        let line = &chunk[start..end];
+        let parsed = if record_end > end && unwrap(line).is_some_and(|(_, seq, _)| seq.is_none()) {
+            parse_line(&join_continuations(&chunk[start..record_end]))
+        } else {
+            // A kmsg record's own continuation lines are its dictionary.
+            parse_line(line)
+        };
+        if let Some(record) = parsed {
+            asm.feed_into(record, base + start as u64, out);
         }
     }
+    chunk.len()
+}
+
+/// Index of the newline ending the line at `at` (or the chunk's end).
+fn line_end(chunk: &[u8], at: usize) -> usize {
+    memchr::memchr(b'\n', &chunk[at..]).map_or(chunk.len(), |i| at + i)
+}
+
+/// One record's text from its first line and indented continuation lines.
+fn join_continuations(lines: &[u8]) -> Vec<u8> {
+    let mut joined = Vec::with_capacity(lines.len());
+    for (i, line) in lines.split(|&b| b == b'\n').enumerate() {
+        if i > 0 {
+            joined.push(b'\n');
+            let indent = line
+                .iter()
+                .take_while(|b| matches!(b, b' ' | b'\t'))
+                .count();
+            joined.extend_from_slice(&line[indent..]);
+        } else {
+            joined.extend_from_slice(line);
+        }
+    }
+    joined
 }
 
 /// Monotonic stamp of the last complete line before `end`, if it has one

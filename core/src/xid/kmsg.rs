@@ -19,11 +19,12 @@ use super::cursor::Cursor;
 use super::event::Assembler;
 use super::log_read::LogRead;
 use super::parse::parse_line;
+use super::policy::Policy;
 use super::stamp::TimeContext;
 
 /// The kernel's own limit on one record's text plus its dictionary.
 const RECORD_MAX: usize = 8192 + 512;
-/// Records between a lost-GPU header and its "fallen off" line.
+/// Sequence numbers between a lost-GPU header and its "fallen off" record.
 const FALLEN_OFF_WINDOW_RECORDS: u64 = 4;
 /// Stop after this many records even if the kernel keeps logging.
 const MAX_RECORDS: u64 = 4_000_000;
@@ -162,6 +163,7 @@ pub(crate) fn read_kmsg(
     since: Option<&Cursor>,
     boot_id: &str,
     ctx: TimeContext,
+    policy: &Policy,
 ) -> std::io::Result<LogRead> {
     let mut out = LogRead::empty();
     let mut skip_below = match since {
@@ -174,14 +176,14 @@ pub(crate) fn read_kmsg(
             out.restart("the node rebooted since the last scan; reading the new boot's kernel log from its start".into());
             0
         }
-        Some(Cursor::File { .. }) => {
-            out.restart("the saved cursor is for a file, the kernel log is a kmsg device; reading it from the start".into());
+        Some(Cursor::File { .. } | Cursor::Journal { .. }) => {
+            out.restart("the saved cursor is for another kind of kernel log, this one is a kmsg device; reading it from the start".into());
             0
         }
     };
     let mut buf = vec![0u8; RECORD_MAX];
     loop {
-        let pass = read_pass(source, &mut buf, skip_below, ctx, &mut out)?;
+        let pass = read_pass(source, &mut buf, skip_below, ctx, policy, &mut out)?;
         match pass {
             Some(next_seq) if skip_below > 0 && next_seq < skip_below => {
                 // The ring ends before the cursor: it is not the ring the
@@ -189,8 +191,7 @@ pub(crate) fn read_kmsg(
                 out.restart(format!(
                     "kernel log cursor (seq {skip_below}) is ahead of the ring (ends at seq {next_seq}); reading the ring from its start"
                 ));
-                out.events.clear();
-                out.folded_events = 0;
+                out.clear_events();
                 out.lost_records = 0;
                 skip_below = 0;
                 source.rewind()?;
@@ -231,15 +232,16 @@ fn read_pass(
     buf: &mut [u8],
     skip_below: u64,
     ctx: TimeContext,
+    policy: &Policy,
     out: &mut LogRead,
 ) -> std::io::Result<Option<u64>> {
     let nvrm = memmem::Finder::new(b"NVRM");
     let sxid = memmem::Finder::new(b"SXid");
-    let mut asm = Assembler::new(FALLEN_OFF_WINDOW_RECORDS, ctx);
+    let mut asm = Assembler::new(FALLEN_OFF_WINDOW_RECORDS, ctx, policy.clone());
     let mut expected: Option<u64> = (skip_below > 0).then_some(skip_below);
     let mut last: Option<u64> = None;
     let mut overwritten = false;
-    for index in 0..MAX_RECORDS {
+    for _ in 0..MAX_RECORDS {
         let n = match source.read_record(buf)? {
             KmsgRead::Record(n) => n,
             KmsgRead::End => break,
@@ -267,14 +269,14 @@ fn read_pass(
             continue;
         }
         if let Some(record) = parse_line(line) {
-            if let Some(ev) = asm.feed(record, index) {
-                out.push(ev);
-            }
+            asm.feed_into(record, seq, out);
         }
     }
     if overwritten && out.lost_records == 0 {
         // EPIPE without a visible gap: at least one record was lost.
         out.lost_records = 1;
     }
-    Ok(last.map(|s| s + 1))
+    // A lost-GPU header logged as a record of its own, its "fallen off"
+    // record not yet written: the next scan starts at the header.
+    Ok(last.map(|s| asm.holdback(s + 1).unwrap_or(s + 1)))
 }

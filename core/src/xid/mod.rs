@@ -45,6 +45,8 @@ mod cursor;
 mod event;
 mod file;
 mod history;
+mod journal;
+mod judge;
 mod kmsg;
 mod log_read;
 mod parse;
@@ -56,16 +58,21 @@ mod stamp;
 use std::path::PathBuf;
 
 pub use crate::config::{CodeKey, PolicyAction, XidConfig, XidRule};
-pub use catalog::{sxid_is_fatal, sxid_meaning, xid_meaning};
+pub use catalog::{
+    entry, markdown_table, sxid_is_fatal, sxid_meaning, xid_meaning, DefaultAction, Resolution,
+    Source, XidInfo, CATALOG,
+};
 pub use cursor::{Cursor, XidState};
 pub use event::{Assembler, EventKind, XidEvent};
 pub use history::RepeatHistory;
+pub use journal::JOURNAL;
+pub use judge::{judge, Seen, MAX_FINDINGS};
 pub use kmsg::{KmsgDevice, KmsgRead, KmsgSource, MemoryRing};
 pub use log_read::{LogRead, MAX_EVENTS};
-pub use parse::{parse_line, Payload, Record};
-pub use policy::{recovery_action, Decision, DefaultAction, Policy, DEFAULT_TABLE};
+pub use parse::{parse_line, Origin, Payload, Record};
+pub use policy::{recovery_action, Decision, Policy};
 pub use read::{read_since, read_source, LogSource};
-pub use scan::{judge, scan, scan_source, ScanOutcome};
+pub use scan::{scan, scan_source, ScanOutcome};
 pub use stamp::{Stamp, TimeContext};
 
 /// Errors of reading a kernel log (the scan turns them into findings).

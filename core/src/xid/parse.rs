@@ -14,7 +14,20 @@ pub struct Record {
     pub stamp: Stamp,
     /// `/dev/kmsg` sequence number, when the line carries one.
     pub seq: Option<u64>,
+    pub origin: Origin,
     pub payload: Payload,
+}
+
+/// Who could have written a line, as far as its format tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A format only the kernel's own log produces: a kmsg record of
+    /// facility 0, `dmesg` output, `journalctl -k` output, the journal's
+    /// kernel transport.
+    Kernel,
+    /// A syslog text line tagged `kernel:`: any user can write the same
+    /// line with `logger -t kernel`, so the tag proves nothing.
+    SyslogTag,
 }
 
 /// What an NVIDIA kernel line says.
@@ -46,11 +59,26 @@ pub enum Payload {
 pub fn parse_line(line: &[u8]) -> Option<Record> {
     let (stamp, seq, body) = unwrap(trim_newline(line))?;
     let payload = parse_body(body)?;
+    let origin = if is_syslog_line(line) {
+        Origin::SyslogTag
+    } else {
+        Origin::Kernel
+    };
     Some(Record {
         stamp,
         seq,
+        origin,
         payload,
     })
+}
+
+/// Whether `unwrap` took the line as a syslog one (`<time> host kernel:`).
+fn is_syslog_line(line: &[u8]) -> bool {
+    match line.first() {
+        Some(b'A'..=b'Z') => unwrap_syslog(line).is_some(),
+        Some(b'0'..=b'9') => unwrap_kmsg(line).is_none() && unwrap_iso_syslog(line).is_some(),
+        _ => false,
+    }
 }
 
 fn trim_newline(mut line: &[u8]) -> &[u8] {
@@ -290,25 +318,37 @@ fn unwrap_dmesg_x(line: &[u8]) -> Option<(Stamp, Option<u64>, &[u8])> {
     }
 }
 
-/// Match the message against the NVIDIA record shapes.
+/// Match the message against the NVIDIA record shapes. The message may
+/// hold several lines (one kernel record whose text has newlines): as
+/// real newlines (the journal, a record joined from `dmesg`'s indented
+/// continuation lines), as `\x0a` (/dev/kmsg escapes bytes below 0x20)
+/// or as `#012` (rsyslog's escape). Only the first line is the record's
+/// own text; the rest can only complete a lost-GPU message.
 pub(crate) fn parse_body(body: &[u8]) -> Option<Payload> {
-    if let Some(rest) = body.strip_prefix(b"NVRM: ") {
+    let (head, more) = first_line(body);
+    if let Some(rest) = head.strip_prefix(b"NVRM: ") {
         if let Some(xid) = rest.strip_prefix(b"Xid ") {
             return parse_xid(xid);
         }
         if let Some(gpu) = rest.strip_prefix(b"The NVIDIA GPU ") {
             let token = gpu.split(|&b| b == b' ').next()?;
             let pci = normalize_pci(std::str::from_utf8(token).ok()?)?;
-            return Some(Payload::GpuHeader { pci });
+            // `The NVIDIA GPU <bdf> (PCI ID: ...) installed in this system
+            // has fallen off the bus ...`, in two or three lines (or one).
+            return Some(if mentions_fallen_off(gpu) || mentions_fallen_off(more) {
+                Payload::FallenOff { pci: Some(pci) }
+            } else {
+                Payload::GpuHeader { pci }
+            });
         }
-        if memchr::memmem::find(rest, b"fallen off the bus").is_some() {
+        if mentions_fallen_off(rest) {
             return Some(Payload::FallenOff {
                 pci: pci_after_gpu_word(rest),
             });
         }
         return None;
     }
-    let rest = body.strip_prefix(b"nvidia-nvswitch")?;
+    let rest = head.strip_prefix(b"nvidia-nvswitch")?;
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
     let rest = rest[digits..].strip_prefix(b": SXid ")?;
     let (pci, code, message) = address_and_code(rest)?;
@@ -317,6 +357,25 @@ pub(crate) fn parse_body(body: &[u8]) -> Option<Payload> {
         return None;
     }
     Some(Payload::Sxid { code, pci, message })
+}
+
+/// The escapes sources write for a newline inside one record.
+const LINE_BREAKS: [&[u8]; 3] = [b"\n", b"\\x0a", b"#012"];
+
+/// The first line of a message and the rest after the line break.
+fn first_line(body: &[u8]) -> (&[u8], &[u8]) {
+    let cut = LINE_BREAKS
+        .iter()
+        .filter_map(|sep| memchr::memmem::find(body, sep).map(|i| (i, sep.len())))
+        .min();
+    match cut {
+        Some((i, len)) => (&body[..i], &body[i + len..]),
+        None => (body, &[]),
+    }
+}
+
+fn mentions_fallen_off(text: &[u8]) -> bool {
+    memchr::memmem::find(text, b"fallen off the bus").is_some()
 }
 
 /// `NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.`

@@ -1,53 +1,22 @@
 //! The policy table: which action an event calls for.
 //!
-//! Built-in defaults (see docs/xid-policy.md), overridden per code by
-//! `[xid.actions]` and `[xid.rules.<code>]`.
+//! Built-in defaults from the one Xid table ([`super::catalog::CATALOG`],
+//! shown in docs/xid-policy.md), overridden per code by `[xid.actions]`
+//! and `[xid.rules.<code>]`.
 
 use std::collections::HashMap;
 
-use super::catalog::sxid_is_fatal;
+use super::catalog::{sxid_is_fatal, DefaultAction, CATALOG};
 use super::event::{EventKind, XidEvent};
 use crate::config::{CodeKey, PolicyAction, XidConfig};
-
-/// How the built-in table decides for one code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DefaultAction {
-    Fixed(PolicyAction),
-    /// Xid 154: the action follows the recovery action the driver names.
-    FollowRecoveryAction,
-}
-
-/// The built-in table; codes it does not list take `default_action`.
-pub const DEFAULT_TABLE: &[(u32, DefaultAction)] = {
-    use DefaultAction::{Fixed, FollowRecoveryAction as Follow};
-    use PolicyAction::{Drain, DrainUntilClean, Warn};
-    &[
-        (13, Fixed(Warn)),
-        (31, Fixed(DrainUntilClean)),
-        (43, Fixed(DrainUntilClean)),
-        (45, Fixed(Warn)),
-        (48, Fixed(Drain)),
-        (61, Fixed(Warn)),
-        (62, Fixed(Drain)),
-        (63, Fixed(Warn)),
-        (64, Fixed(Drain)),
-        (68, Fixed(Warn)),
-        (74, Fixed(Drain)),
-        (79, Fixed(Drain)),
-        (92, Fixed(Warn)),
-        (94, Fixed(Warn)),
-        (95, Fixed(Drain)),
-        (119, Fixed(Drain)),
-        (120, Fixed(Drain)),
-        (140, Fixed(Drain)),
-        (154, Follow),
-    ]
-};
 
 /// What the policy says about one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
     pub action: PolicyAction,
+    /// The table's action would drain, but the event came from a line
+    /// users can forge (`xid.syslog_may_drain` is off): `action` is warn.
+    pub forgeable_capped: bool,
     /// Events needed within the window before `action` applies (1 = now).
     pub repeat: u32,
     pub window_minutes: u32,
@@ -67,21 +36,22 @@ pub struct Policy {
     default_action: PolicyAction,
     sxid_fatal_action: PolicyAction,
     sxid_default_action: PolicyAction,
+    forgeable_may_drain: bool,
 }
 
 impl Policy {
     /// Assumes `cfg` passed [`XidConfig::validate`]; unparsable keys are
     /// skipped.
     pub fn from_config(cfg: &XidConfig) -> Policy {
-        let mut entries: HashMap<CodeKey, Entry> = DEFAULT_TABLE
+        let mut entries: HashMap<CodeKey, Entry> = CATALOG
             .iter()
-            .map(|&(code, action)| {
+            .map(|row| {
                 let entry = Entry {
-                    action,
+                    action: row.default,
                     repeat: 1,
                     window_minutes: 60,
                 };
-                (CodeKey::Xid(code), entry)
+                (CodeKey::Xid(row.code), entry)
             })
             .collect();
         let base = |entries: &HashMap<CodeKey, Entry>, key: CodeKey| {
@@ -90,7 +60,7 @@ impl Policy {
                     CodeKey::Xid(_) => DefaultAction::Fixed(cfg.default_action),
                     // An SXid rule without action keeps the fatal/non-fatal
                     // split: resolved per event in `decide`.
-                    CodeKey::Sxid(_) => DefaultAction::FollowRecoveryAction,
+                    CodeKey::Sxid(_) => DefaultAction::BySeverityWord,
                 },
                 repeat: 1,
                 window_minutes: 60,
@@ -120,6 +90,7 @@ impl Policy {
             default_action: cfg.default_action,
             sxid_fatal_action: cfg.sxid_fatal_action,
             sxid_default_action: cfg.sxid_default_action,
+            forgeable_may_drain: cfg.syslog_may_drain,
         }
     }
 
@@ -129,27 +100,41 @@ impl Policy {
             EventKind::Xid => CodeKey::Xid(ev.code),
             EventKind::Sxid => CodeKey::Sxid(ev.code),
         };
-        let (action, repeat, window_minutes) = match self.entries.get(&key) {
-            Some(e) => (e.action, e.repeat, e.window_minutes),
-            None => (DefaultAction::FollowRecoveryAction, 1, 60),
+        let (action, repeat, window_minutes) = match (self.entries.get(&key), ev.kind) {
+            (Some(e), _) => (e.action, e.repeat, e.window_minutes),
+            (None, EventKind::Sxid) => (DefaultAction::BySeverityWord, 1, 60),
+            (None, EventKind::Xid) => (DefaultAction::Fixed(self.default_action), 1, 60),
         };
         let action = match (action, ev.kind) {
             (DefaultAction::Fixed(a), _) => a,
-            // For SXids "follow" means: by the severity word of the message.
-            (DefaultAction::FollowRecoveryAction, EventKind::Sxid) => {
+            // SXids follow the configured pair; NVLink5 Xids drain when
+            // the record says fatal.
+            (DefaultAction::BySeverityWord, EventKind::Sxid) => {
                 if sxid_is_fatal(&ev.message) {
                     self.sxid_fatal_action
                 } else {
                     self.sxid_default_action
                 }
             }
-            (DefaultAction::FollowRecoveryAction, EventKind::Xid) if ev.code == 154 => {
-                recovery_action(&ev.message)
+            (DefaultAction::BySeverityWord, EventKind::Xid) => {
+                if sxid_is_fatal(&ev.message) {
+                    PolicyAction::Drain
+                } else {
+                    PolicyAction::Warn
+                }
             }
-            (DefaultAction::FollowRecoveryAction, EventKind::Xid) => self.default_action,
+            (DefaultAction::FollowRecoveryAction, _) => recovery_action(&ev.message),
         };
+        let forgeable_capped = ev.forgeable
+            && !self.forgeable_may_drain
+            && matches!(action, PolicyAction::Drain | PolicyAction::DrainUntilClean);
         Decision {
-            action,
+            action: if forgeable_capped {
+                PolicyAction::Warn
+            } else {
+                action
+            },
+            forgeable_capped,
             repeat,
             window_minutes,
         }

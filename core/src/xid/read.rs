@@ -5,8 +5,10 @@ use std::path::Path;
 
 use super::cursor::Cursor;
 use super::file::read_file;
+use super::journal::{read_journal, JOURNAL};
 use super::kmsg::{read_kmsg, KmsgDevice, KmsgSource};
 use super::log_read::LogRead;
+use super::policy::Policy;
 use super::stamp::TimeContext;
 use super::XidError;
 use crate::config::XidConfig;
@@ -14,8 +16,9 @@ use crate::snapshot::NodeSnapshot;
 
 /// Where to read from.
 pub enum LogSource<'a> {
-    /// `/dev/kmsg` (a character device: record-per-read mode) or a file
-    /// (byte-offset mode), told apart by the file type.
+    /// `/dev/kmsg` (a character device: record-per-read mode), a file
+    /// (byte-offset mode), told apart by the file type, or `journal`
+    /// (the systemd journal's kernel entries).
     Path(&'a Path),
     /// A kmsg ring stand-in (tests, benchmarks).
     Kmsg(&'a mut dyn KmsgSource),
@@ -42,7 +45,18 @@ pub fn read_source(
     now_ms: u64,
 ) -> Result<LogRead, XidError> {
     let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+    let policy = Policy::from_config(cfg);
     let mut out = match source {
+        LogSource::Path(path) if path == Path::new(JOURNAL) => {
+            let ctx = TimeContext {
+                boot_ms: None,
+                now_ms: now,
+            };
+            read_journal(cfg, since, ctx, &policy).map_err(|source| XidError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?
+        }
         LogSource::Path(path) => {
             let io = |source| XidError::Io {
                 path: path.to_path_buf(),
@@ -52,14 +66,14 @@ pub fn read_source(
             match source_kind(&meta) {
                 Some(Kind::Kmsg) => {
                     let mut dev = KmsgDevice::open(path).map_err(io)?;
-                    read_ring(&mut dev, since, cfg, now).map_err(io)?
+                    read_ring(&mut dev, since, cfg, &policy, now).map_err(io)?
                 }
                 Some(Kind::File) => {
                     let ctx = TimeContext {
                         boot_ms: None,
                         now_ms: now,
                     };
-                    read_file(path, since, ctx).map_err(io)?
+                    read_file(path, since, ctx, &policy).map_err(io)?
                 }
                 None => {
                     return Err(io(std::io::Error::other(
@@ -69,7 +83,7 @@ pub fn read_source(
             }
         }
         LogSource::Kmsg(ring) => {
-            read_ring(ring, since, cfg, now).map_err(|source| XidError::Io {
+            read_ring(ring, since, cfg, &policy, now).map_err(|source| XidError::Io {
                 path: "<kmsg source>".into(),
                 source,
             })?
@@ -77,8 +91,9 @@ pub fn read_source(
     };
     if out.folded_events > 0 {
         out.notes.push(format!(
-            "Xid storm: {} repeated events folded (only the latest of each code and device kept)",
-            out.folded_events
+            "Xid storm: {} events folded into {} (the latest of each code, device and action kept, with its count)",
+            out.folded_events,
+            out.events.len()
         ));
     }
     for ev in &mut out.events {
@@ -91,6 +106,7 @@ fn read_ring(
     source: &mut dyn KmsgSource,
     since: Option<&Cursor>,
     cfg: &XidConfig,
+    policy: &Policy,
     now_ms: i64,
 ) -> std::io::Result<LogRead> {
     let mut notes = Vec::new();
@@ -115,7 +131,7 @@ fn read_ring(
         }
     };
     let ctx = TimeContext { boot_ms, now_ms };
-    let mut out = read_kmsg(source, since, &boot_id, ctx)?;
+    let mut out = read_kmsg(source, since, &boot_id, ctx, policy)?;
     notes.append(&mut out.notes);
     out.notes = notes;
     Ok(out)

@@ -2,15 +2,13 @@
 //! saved state, judge by the policy, hand back findings and the state to
 //! save once the run has acted on them.
 
-use std::collections::HashSet;
 use std::path::Path;
 
-use crate::config::{PolicyAction, XidConfig};
+use crate::config::XidConfig;
 
-use super::catalog::{sxid_is_fatal, sxid_meaning, xid_meaning};
 use super::cursor::{Cursor, XidState};
-use super::event::{EventKind, XidEvent};
-use super::history::RepeatHistory;
+use super::event::XidEvent;
+use super::judge::{judge, Seen};
 use super::policy::Policy;
 use super::read::{read_source, LogSource};
 use crate::finding::{Action, Finding};
@@ -97,7 +95,13 @@ pub fn scan_source(
         }
     }
     let policy = Policy::from_config(cfg);
-    let findings = judge(&events, &policy, &mut state.history, now_ms);
+    let findings = judge(
+        &events,
+        &policy,
+        &mut state.history,
+        now_ms,
+        Seen::BeforeThisRun,
+    );
     let longest_window = cfg
         .rules
         .values()
@@ -134,124 +138,5 @@ fn within_lookback(
     match (ev.monotonic_us, last_mono_us) {
         (Some(at), Some(last)) => last.saturating_sub(at) / 1000 <= lookback_ms,
         _ => true,
-    }
-}
-
-/// Findings for `events` by `policy`; repeat rules count in `history`.
-pub fn judge(
-    events: &[XidEvent],
-    policy: &Policy,
-    history: &mut RepeatHistory,
-    now_ms: u64,
-) -> Vec<Finding> {
-    // A lost GPU often logs both Xid 79 and the "fallen off" text: one
-    // finding is enough.
-    let xid79: HashSet<Option<&str>> = events
-        .iter()
-        .filter(|e| e.kind == EventKind::Xid && e.code == 79 && !e.fallen_off_bus)
-        .map(|e| e.pci.as_deref())
-        .collect();
-    let mut groups: Vec<Group> = Vec::new();
-    for ev in events {
-        // An unaddressed "fallen off" line goes with any Xid 79 beside it.
-        if ev.fallen_off_bus
-            && (xid79.contains(&ev.pci.as_deref()) || (ev.pci.is_none() && !xid79.is_empty()))
-        {
-            continue;
-        }
-        let d = policy.decide(ev);
-        if d.action == PolicyAction::Ignore {
-            continue;
-        }
-        let mut repeat = None;
-        let action = if d.repeat > 1 {
-            let key = format!(
-                "{}-{}@{}",
-                if ev.kind == EventKind::Xid {
-                    "xid"
-                } else {
-                    "sxid"
-                },
-                ev.code,
-                ev.pci.as_deref().unwrap_or("-")
-            );
-            let window_ms = u64::from(d.window_minutes) * 60_000;
-            let seen = history.record(&key, ev.time_ms.unwrap_or(now_ms), window_ms);
-            repeat = Some(format!(
-                "{seen} of {} within {} min",
-                d.repeat, d.window_minutes
-            ));
-            if seen >= d.repeat as usize {
-                d.action
-            } else {
-                PolicyAction::Info
-            }
-        } else {
-            d.action
-        };
-        let Some(action) = action.finding_action() else {
-            continue;
-        };
-        let same = |g: &Group| {
-            g.latest.kind == ev.kind
-                && g.latest.code == ev.code
-                && g.latest.pci == ev.pci
-                && g.latest.fallen_off_bus == ev.fallen_off_bus
-        };
-        match groups.iter_mut().find(|g| same(g)) {
-            Some(g) => {
-                g.count += 1;
-                g.latest = ev;
-                g.action = g.action.max(action);
-                g.repeat = repeat.or(g.repeat.take());
-            }
-            None => groups.push(Group {
-                latest: ev,
-                count: 1,
-                action,
-                repeat,
-            }),
-        }
-    }
-    groups.into_iter().map(Group::finding).collect()
-}
-
-struct Group<'a> {
-    latest: &'a XidEvent,
-    count: usize,
-    action: Action,
-    repeat: Option<String>,
-}
-
-impl Group<'_> {
-    fn finding(self) -> Finding {
-        let ev = self.latest;
-        let meaning = match ev.kind {
-            EventKind::Xid => xid_meaning(ev.code).unwrap_or("not in gpu-health's catalog"),
-            EventKind::Sxid => sxid_meaning(sxid_is_fatal(&ev.message)),
-        };
-        let mut message = format!("{}: {} ({meaning})", ev.summary(), ev.message);
-        if let Some(p) = &ev.process {
-            message.push_str(&format!("; process {p}"));
-        }
-        if self.count > 1 {
-            message.push_str(&format!("; {} events since the last check", self.count));
-        }
-        if let Some(r) = &self.repeat {
-            message.push_str(&format!("; repeat rule: {r}"));
-        }
-        message.push_str(&format!("; action: {}", self.action.as_str()));
-        Finding {
-            check: match ev.kind {
-                EventKind::Xid => "xid",
-                EventKind::Sxid => "sxid",
-            }
-            .to_string(),
-            action: self.action,
-            gpu: ev.gpu,
-            pci: ev.pci.clone(),
-            summary: ev.summary(),
-            message,
-        }
     }
 }

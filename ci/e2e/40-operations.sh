@@ -217,3 +217,37 @@ quiet_time_s = $quiet"
     assert_node_state n3 idle $((quiet + 60)) "n3 answers again and returns to idle after the quiet time"
     assert_contains "$(gh_cat "$(gh_gpu_health_log n3)")" "returned to service" "n3's log says it returned"
 }
+
+# 6. Escalation: the health check returned n1 twice for Xid 31 within the
+#    window (escalate_after_returns = 2 here, 3 by default), so the next
+#    Xid 31 drains n1 for an admin, with a reason that says why;
+#    `gpu-health resume` starts the count over.
+test_repeated_returns_escalate_to_drain() {
+    GH_FOCUS=n1
+    local round reason out rc=0
+    ops_config n1 "[recovery]
+quiet_time_s = 1
+escalate_after_returns = 2
+escalate_window_hours = 1"
+    health_check_on
+    for round in 1 2; do
+        gh_kernel_log_append n1 "$(gh_xid_line 0000:18:00 31 $((700 + round)) 'name=python3, MMU Fault: ENGINE GRAPHICS')"
+        assert_node_state n1 'idle\+drain' 30 "round $round: n1 is drained after an Xid 31"
+        assert_match "$(gh_node_reason n1)" '\(drain-until-clean\)$' "round $round: the reason clears itself"
+        assert_node_state n1 idle 40 "round $round: n1 returns by itself"
+    done
+    assert_contains "$(gh_cat "$GH_DIR/n1/state/returns.json")" "Xid 31" "n1's state counts the returns"
+    gh_kernel_log_append n1 "$(gh_xid_line 0000:18:00 31 703 'name=python3, MMU Fault: ENGINE GRAPHICS')"
+    assert_node_state n1 'idle\+drain' 30 "round 3: n1 is drained again"
+    reason=$(gh_node_reason n1)
+    assert_match "$reason" '^gpu-health: Xid 31 .*, back 2x in 1 h \(drain\)$' "the reason says why it stays ($reason)"
+    sleep 8
+    assert_match "$(gh_node_state n1)" drain "n1 stays drained through clean health checks"
+    assert_contains "$(gh_cat "$(gh_gpu_health_log n1)")" "for the same fault: draining it for an admin" "n1's log says it escalated"
+    health_check_off
+    sleep 1
+    out=$(admin_resume n1 2>&1) || rc=$?
+    assert_eq "$rc" 0 "gpu-health resume returns n1 ($out)"
+    assert_eq "$(gh_node_state n1)" idle "n1 is idle again"
+    assert_eq "$(gh_cat "$GH_DIR/n1/state/returns.json")" "" "and the count starts over"
+}

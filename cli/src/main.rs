@@ -31,6 +31,13 @@ else /etc/slurm/gpu-health.toml (see docs/configuration.md).
 ";
 
 fn main() {
+    // `gpu-health xids | head`: a closed pipe ends the command quietly,
+    // as for any Unix filter, instead of a panic on the next print.
+    // SAFETY: setting a signal's disposition to the default before any
+    // other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     logging::init("gpu-health", log::Level::Error);
     let code = match dispatch(lexopt::Parser::from_env()) {
         Ok(code) => code,

@@ -1,5 +1,6 @@
 //! `gpu-health xids [--json] [--no-probe] [FILE]`: the NVIDIA Xid and SXid
-//! events of a kernel log, with the action the policy gives each.
+//! events of a kernel log, with the action the policy gives each;
+//! `gpu-health xids --catalog [--json]`: the built-in Xid table.
 
 use gpu_health_core::time::format_utc_ms as format_utc;
 use std::path::{Path, PathBuf};
@@ -13,7 +14,7 @@ use gpu_health_core::text::printable;
 use gpu_health_core::xid::{self, EventKind, Policy, XidEvent};
 use serde_json::{Map, Value};
 
-const USAGE: &str = "usage: gpu-health xids [--json] [--no-probe] [FILE]";
+const USAGE: &str = "usage: gpu-health xids [--json] [--no-probe] [FILE] | --catalog [--json]";
 /// Mapping addresses to GPU indices is a nicety: never wait long for it.
 const PROBE_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -25,13 +26,19 @@ pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
         Ok(None) => {
             println!(
                 "{USAGE}\n\nThe NVIDIA Xid and SXid events of FILE (default: the configured kernel_log)\n\
-                 with the action gpu-health's policy gives each.\n  --json      one JSON object per event\n  \
-                 --no-probe  do not ask NVML which GPU index a PCI address is"
+                 with the action gpu-health's policy gives each (FILE may be `journal`).\n  \
+                 --json      one JSON object per event (or per catalog row)\n  \
+                 --no-probe  do not ask NVML which GPU index a PCI address is\n  \
+                 --catalog   the built-in Xid table: default action, NVIDIA's action, usual source"
             );
             return 0;
         }
         Err(e) => return crate::usage_error("xids", e, USAGE),
     };
+    if opts.catalog {
+        print_catalog(opts.json);
+        return 0;
+    }
     let ctx = start();
     let config = ctx.config();
     let snapshot = if opts.probe {
@@ -50,6 +57,7 @@ pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
 struct Options {
     json: bool,
     probe: bool,
+    catalog: bool,
     file: Option<PathBuf>,
 }
 
@@ -59,6 +67,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, lexopt::Error> {
     let mut opts = Options {
         json: false,
         probe: true,
+        catalog: false,
         file: None,
     };
     let mut parser = lexopt::Parser::from_args(args);
@@ -66,6 +75,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, lexopt::Error> {
         match arg {
             Long("json") => opts.json = true,
             Long("no-probe") => opts.probe = false,
+            Long("catalog") => opts.catalog = true,
             Long("help") | Short('h') => return Ok(None),
             Value(v) if opts.file.is_none() => opts.file = Some(PathBuf::from(v)),
             other => return Err(other.unexpected()),
@@ -112,12 +122,44 @@ fn json_event(ev: &XidEvent, policy: &Policy) -> Map<String, Value> {
     m.insert("process".into(), ev.process.clone().into());
     m.insert("message".into(), ev.message.clone().into());
     m.insert("fallen_off_bus".into(), ev.fallen_off_bus.into());
+    m.insert("count".into(), ev.count.into());
+    m.insert("forgeable".into(), ev.forgeable.into());
     m.insert("action".into(), policy.decide(ev).action.as_str().into());
     m.insert("time".into(), ev.time_ms.map(format_utc).into());
     m.insert("time_ms".into(), ev.time_ms.into());
     m.insert("monotonic_us".into(), ev.monotonic_us.into());
     m.insert("seq".into(), ev.seq.into());
     m
+}
+
+/// The one Xid table, as the policy uses it before any override.
+fn print_catalog(json: bool) {
+    for e in xid::CATALOG {
+        let default = match e.default {
+            xid::DefaultAction::Fixed(a) => a.as_str(),
+            xid::DefaultAction::FollowRecoveryAction => "by-recovery-action",
+            xid::DefaultAction::BySeverityWord => "by-fatal-word",
+        };
+        if json {
+            let mut m = Map::new();
+            m.insert("xid".into(), e.code.into());
+            m.insert("meaning".into(), e.meaning.into());
+            m.insert("default".into(), default.into());
+            m.insert("nvidia".into(), e.resolution.as_str().into());
+            m.insert("source".into(), e.source.as_str().into());
+            m.insert("why".into(), e.why.into());
+            println!("{}", Value::Object(m));
+        } else {
+            println!(
+                "{:<4} {:<18} {:<26} {:<18} {}",
+                e.code,
+                default,
+                e.resolution.as_str(),
+                e.source.as_str(),
+                e.meaning
+            );
+        }
+    }
 }
 
 fn print_table(events: &[XidEvent], policy: &Policy) {
@@ -136,11 +178,14 @@ fn print_table(events: &[XidEvent], policy: &Policy) {
             (None, None) => "-".into(),
         };
         let dash = |s: Option<String>| s.map_or_else(|| "-".into(), |s| printable(&s).into_owned());
-        let message = if ev.fallen_off_bus {
+        let mut message = if ev.fallen_off_bus {
             format!("(fallen off the bus) {}", ev.message)
         } else {
             ev.message.clone()
         };
+        if ev.count > 1 {
+            message = format!("(x{}) {message}", ev.count);
+        }
         println!(
             "{:<24} {:<10} {:<5} {:<12} {:<8} {:<14} {:<17} {}",
             time,
@@ -173,6 +218,7 @@ mod tests {
         assert!(o.json && o.probe);
         assert_eq!(o.file.as_deref(), Some(Path::new("/var/log/kern.log")));
         assert!(parse_args(&args(&["--help"])).unwrap().is_none());
+        assert!(parse_args(&args(&["--catalog"])).unwrap().unwrap().catalog);
     }
 
     #[test]

@@ -4,7 +4,11 @@
 //!   `grep -c 'NVRM: Xid'` on the same file in the same run;
 //! - the prolog's incremental scan of that file after 100 new lines;
 //! - a scan of a full kmsg ring (16k records, in memory), and of the
-//!   host's /dev/kmsg when it is readable (read only).
+//!   host's /dev/kmsg when it is readable (read only);
+//! - a storm: one scan of 60,000 distinct (code, PCI) events;
+//! - the journal source: a journal file of 1,000,000 entries (written by
+//!   systemd-journal-remote when installed), scanned from a cursor at its
+//!   end after 100 new entries, and its first scan (the look-back).
 //!
 //! Run: `cargo bench -p gpu-health-core --bench xid`.
 
@@ -214,6 +218,167 @@ fn benches(c: &mut Criterion) {
             b.iter(|| read_since(dev, end.as_ref(), &cfg, &snap, NOW_MS).expect("kmsg"))
         });
     }
+    g.finish();
+    storm(c, dir.path());
+    journal(c, dir.path());
+}
+
+/// One scan of a 60,000-event storm of distinct (code, PCI) pairs, an
+/// Xid 79 first.
+fn storm(c: &mut Criterion, dir: &Path) {
+    let log = dir.join("storm.log");
+    let mut text = String::from(
+        "[  100.0] NVRM: Xid (PCI:0000:c1:00): 79, pid=2210, GPU has fallen off the bus.\n",
+    );
+    for i in 0..60_000u32 {
+        let code = [13, 45, 68, 94][(i % 4) as usize];
+        text.push_str(&format!(
+            "[  200.{i:06}] NVRM: Xid (PCI:{:04x}:{:02x}:{:02x}): {code}, pid={i}, storm\n",
+            i / 8192,
+            i % 256,
+            (i / 256) % 32
+        ));
+    }
+    std::fs::write(&log, &text).expect("storm log");
+    let cfg = XidConfig::default();
+    let snap = NodeSnapshot::default();
+    let once = scan(&log, XidState::fresh(), &cfg, &snap, NOW_MS);
+    eprintln!(
+        "xid storm: 60,001 events, {} kept, {} findings, drains: {}",
+        once.events.len(),
+        once.findings.len(),
+        once.findings.iter().any(|f| f.action.drains())
+    );
+    let mut g = c.benchmark_group("xid_storm_60k_distinct_events");
+    g.sample_size(10).measurement_time(Duration::from_secs(4));
+    g.bench_function("scan", |b| {
+        b.iter(|| scan(&log, XidState::fresh(), &cfg, &snap, NOW_MS))
+    });
+    g.finish();
+}
+
+const JOURNAL_HISTORY: usize = 1_000_000;
+
+/// Append `entries` (realtime µs, transport, message) to a journal file.
+fn write_journal(remote: &Path, file: &Path, dir: &Path, from: usize, to: usize) {
+    let export = dir.join("entries.export");
+    let f = std::fs::File::create(&export).expect("export");
+    let mut w = BufWriter::with_capacity(1 << 20, f);
+    for i in from..to {
+        let us = (NOW_MS - 3_600_000) * 1000 + i as u64 * 1000;
+        let line = log_line(i);
+        let (transport, msg) = match line.split_once(" kernel: ") {
+            Some((_, m)) => (
+                "kernel",
+                m.split_once("] ").map_or(m, |(_, m)| m).to_string(),
+            ),
+            None => ("syslog", line.clone()),
+        };
+        writeln!(
+            w,
+            "__REALTIME_TIMESTAMP={us}\n__MONOTONIC_TIMESTAMP={i}\n_BOOT_ID=0123456789abcdef0123456789abcdef\n_TRANSPORT={transport}\nMESSAGE={msg}\n"
+        )
+        .expect("write");
+    }
+    w.flush().expect("flush");
+    drop(w);
+    let ok = Command::new(remote)
+        .arg(format!("--output={}", file.display()))
+        .arg(&export)
+        .output()
+        .expect("systemd-journal-remote");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    std::fs::remove_file(&export).ok();
+}
+
+fn journal(c: &mut Criterion, dir: &Path) {
+    let Some(remote) = [
+        "/lib/systemd/systemd-journal-remote",
+        "/usr/lib/systemd/systemd-journal-remote",
+    ]
+    .iter()
+    .map(Path::new)
+    .find(|p| p.exists()) else {
+        eprintln!("xid journal: systemd-journal-remote not installed, journal benches skipped");
+        return;
+    };
+    // A directory: journal-remote rotates its output file as it grows,
+    // and --directory reads the archived files too.
+    let jdir = dir.join("journal");
+    std::fs::create_dir_all(&jdir).expect("journal dir");
+    let file = jdir.join("node.journal");
+    let snap = NodeSnapshot::default();
+    let journal = Path::new(gpu_health_core::xid::JOURNAL);
+    // The same scan with 1,000 entries of history, for the ratio.
+    write_journal(remote, &file, dir, 0, 1_000);
+    let small_cfg = XidConfig {
+        journal_path: Some(jdir.clone()),
+        ..XidConfig::default()
+    };
+    let small_end = read_since(journal, None, &small_cfg, &snap, NOW_MS)
+        .expect("journal")
+        .cursor
+        .expect("cursor");
+    let small = min_time(20, || {
+        read_since(journal, Some(&small_end), &small_cfg, &snap, NOW_MS).expect("journal");
+    });
+    let t = Instant::now();
+    write_journal(remote, &file, dir, 1_000, JOURNAL_HISTORY);
+    let entries = Command::new("journalctl")
+        .arg(format!("--directory={}", jdir.display()))
+        .args(["--no-pager", "-q", "-o", "cat"])
+        .output()
+        .map_or(0, |o| o.stdout.iter().filter(|&&b| b == b'\n').count());
+    let bytes: u64 = std::fs::read_dir(&jdir)
+        .expect("journal dir")
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    eprintln!(
+        "xid journal: {JOURNAL_HISTORY} entries written in {:.1} s; journalctl sees {entries} ({:.0} MB in {})",
+        t.elapsed().as_secs_f64(),
+        bytes as f64 / 1e6,
+        jdir.display()
+    );
+    let cfg = small_cfg;
+    let large = min_time(20, || {
+        read_since(journal, Some(&small_end), &cfg, &snap, NOW_MS).expect("journal");
+    });
+    let latest_before = read_since(journal, Some(&small_end), &cfg, &snap, NOW_MS)
+        .expect("journal")
+        .cursor
+        .expect("cursor");
+    let at_end_large = min_time(20, || {
+        read_since(journal, Some(&latest_before), &cfg, &snap, NOW_MS).expect("journal");
+    });
+    eprintln!(
+        "xid journal: nothing new at the end of 1,000 entries {:.1} ms (best of 20); at the end of {JOURNAL_HISTORY} {:.1} ms; reading the 999,000 entries after the first 1,000 {:.0} ms",
+        small.as_secs_f64() * 1e3,
+        at_end_large.as_secs_f64() * 1e3,
+        large.as_secs_f64() * 1e3
+    );
+    let first = read_since(journal, None, &cfg, &snap, NOW_MS).expect("journal");
+    let end = first.cursor.clone().expect("cursor");
+    write_journal(remote, &file, dir, JOURNAL_HISTORY, JOURNAL_HISTORY + 100);
+    let new = read_since(journal, Some(&end), &cfg, &snap, NOW_MS).expect("journal");
+    eprintln!(
+        "xid journal: first scan {} Xids; 100 new entries from the cursor: {} Xids",
+        first.events.len(),
+        new.events.len()
+    );
+    let mut g = c.benchmark_group("xid_journal_1m_history");
+    g.sample_size(20).measurement_time(Duration::from_secs(4));
+    g.bench_function("cursor_100_new", |b| {
+        b.iter(|| read_since(journal, Some(&end), &cfg, &snap, NOW_MS).expect("journal"))
+    });
+    let latest = new.cursor.clone().expect("cursor");
+    g.bench_function("cursor_nothing_new", |b| {
+        b.iter(|| read_since(journal, Some(&latest), &cfg, &snap, NOW_MS).expect("journal"))
+    });
     g.finish();
 }
 

@@ -150,6 +150,14 @@ fn kernel_entries_only_from_the_saved_cursor() {
     assert_eq!(c.events.len(), 1, "{:?}", c.events);
     assert!(c.events[0].fallen_off_bus && c.events[0].gpu == Some(3));
     assert_ne!(c.cursor, b.cursor);
+    // Kernel entries without an NVIDIA record move the cursor too, so the
+    // next scan does not search them again.
+    write_journal(&file, &[(40, "kernel", "usb 1-1: new device")]);
+    let d = read_since(path, c.cursor.as_ref(), &cfg, &snapshot(), NOW_MS).unwrap();
+    assert!(d.events.is_empty());
+    assert_ne!(d.cursor, c.cursor, "past the skipped entry");
+    let e = read_since(path, d.cursor.as_ref(), &cfg, &snapshot(), NOW_MS).unwrap();
+    assert_eq!(e.cursor, d.cursor);
 }
 
 #[test]

@@ -87,6 +87,12 @@ pub(crate) fn read_journal(
             None => "",
         };
         for line in text.lines() {
+            // `--show-cursor`: where journalctl stopped, past entries the
+            // pattern skipped.
+            if let Some(c) = line.strip_prefix("-- cursor: ") {
+                after = Some(c.trim().to_string());
+                continue;
+            }
             let Some(entry) = Entry::parse(line) else {
                 continue;
             };
@@ -122,6 +128,12 @@ fn journalctl(
         "--quiet".into(),
         "--output=json".into(),
         "--output-fields=MESSAGE,_TRANSPORT".into(),
+        // Only entries that can hold an NVIDIA record are formatted (the
+        // pattern is case-sensitive as it has capitals); --show-cursor
+        // says where journalctl stopped, so that the entries it skipped
+        // are not searched again.
+        "--grep=NVRM|SXid".into(),
+        "--show-cursor".into(),
     ];
     match &cfg.journal_path {
         Some(p) if p.is_dir() => args.push(format!("--directory={}", p.display())),
@@ -143,14 +155,15 @@ fn journalctl(
     }
     let finished = process::run(&cfg.journalctl, &argv, left, PAGE_BYTES)
         .map_err(|e| std::io::Error::other(e.to_string()))?;
-    if !finished.status.success() {
-        let why = finished
-            .stderr
-            .lines()
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_string();
+    let why = finished
+        .stderr
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    // journalctl exits 1 without a word when no entry matched.
+    if !finished.status.success() && !why.is_empty() {
         let kind = if after.is_some() && why.contains("cursor") {
             std::io::ErrorKind::InvalidInput
         } else {

@@ -95,6 +95,10 @@ fn snapshot() -> NodeSnapshot {
     }
 }
 
+fn scan_journal(cfg: &XidConfig, state: XidState) -> gpu_health_core::xid::ScanOutcome {
+    scan(Path::new(JOURNAL), state, cfg, &snapshot(), NOW_MS)
+}
+
 const LOST: &str = "NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this system has\nNVRM: fallen off the bus and is not responding to commands.";
 
 #[test]
@@ -166,13 +170,7 @@ fn a_lost_gpu_in_the_journal_drains_and_a_bad_cursor_starts_over() {
     let file = dir.path().join("node.journal");
     write_journal(&file, &[(60, "kernel", LOST)]);
     let cfg = config(&file);
-    let s = scan(
-        Path::new(JOURNAL),
-        XidState::fresh(),
-        &cfg,
-        &snapshot(),
-        NOW_MS,
-    );
+    let s = scan_journal(&cfg, XidState::fresh());
     assert_eq!(s.findings.len(), 1);
     assert_eq!(s.findings[0].action, Action::Drain);
     assert_eq!(
@@ -185,7 +183,7 @@ fn a_lost_gpu_in_the_journal_drains_and_a_bad_cursor_starts_over() {
         }),
         ..XidState::fresh()
     };
-    let s = scan(Path::new(JOURNAL), stale, &cfg, &snapshot(), NOW_MS);
+    let s = scan_journal(&cfg, stale);
     assert_eq!(
         s.findings.len(),
         1,
@@ -207,13 +205,7 @@ fn no_journalctl_is_a_warning_not_a_drain() {
         journalctl: dir.path().join("no-such-journalctl"),
         ..config(&dir.path().join("none.journal"))
     };
-    let s = scan(
-        Path::new(JOURNAL),
-        XidState::fresh(),
-        &cfg,
-        &snapshot(),
-        NOW_MS,
-    );
+    let s = scan_journal(&cfg, XidState::fresh());
     assert_eq!(s.findings.len(), 1);
     assert_eq!(s.findings[0].action, Action::Warn);
     assert_eq!(s.findings[0].summary, "kernel log unreadable");

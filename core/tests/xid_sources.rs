@@ -134,6 +134,18 @@ fn lost_gpu_message_drains_from_kernel_sources_and_warns_from_syslog() {
     }
 }
 
+/// A first scan, default policy, of a log holding `text`.
+fn first_scan_of(log: &Path, text: &str) -> gpu_health_core::xid::ScanOutcome {
+    std::fs::write(log, text).unwrap();
+    scan(
+        log,
+        XidState::fresh(),
+        &XidConfig::default(),
+        &snapshot(),
+        NOW_MS,
+    )
+}
+
 fn append(path: &Path, text: &str) {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
@@ -278,14 +290,7 @@ fn a_storm_of_distinct_events_keeps_the_draining_one_and_summarises() {
             i / 8192
         ));
     }
-    std::fs::write(&log, &text).unwrap();
-    let s = scan(
-        &log,
-        XidState::fresh(),
-        &XidConfig::default(),
-        &snapshot(),
-        NOW_MS,
-    );
+    let s = first_scan_of(&log, &text);
     assert_eq!(
         drain_reason(&s.findings).unwrap(),
         "gpu-health: Xid 79 GPU5 0000:c1:00.0 pid=2210 (drain)"
@@ -320,14 +325,7 @@ fn more_findings_than_the_cap_become_one_summary_with_the_gravest_action() {
     }
     // A drain-class event among them, after the first 32.
     text.push_str("[  300.0] NVRM: Xid (PCI:0000:c1:00): 62, pid=1, halt\n");
-    std::fs::write(&log, &text).unwrap();
-    let s = scan(
-        &log,
-        XidState::fresh(),
-        &XidConfig::default(),
-        &snapshot(),
-        NOW_MS,
-    );
+    let s = first_scan_of(&log, &text);
     assert_eq!(s.findings.len(), MAX_FINDINGS);
     assert_eq!(s.findings[0].summary, "Xid 62 GPU5 0000:c1:00.0 pid=1");
     let summary = s.findings.last().unwrap();
@@ -337,4 +335,36 @@ fn more_findings_than_the_cap_become_one_summary_with_the_gravest_action() {
     );
     assert_eq!(summary.action, Action::Warn);
     assert!(summary.message.contains("Xid 13"), "{}", summary.message);
+}
+
+#[test]
+fn older_and_newer_wordings_of_a_lost_gpu_and_154() {
+    use gpu_health_core::xid::{parse_line, recovery_action, Payload, PolicyAction};
+    let pci = |line: &str| match parse_line(line.as_bytes()).map(|r| r.payload) {
+        Some(Payload::FallenOff { pci }) => pci,
+        other => panic!("{line}: {other:?}"),
+    };
+    // Older drivers: no Xid, the address after "GPU at".
+    assert_eq!(
+        pci("Sep 18 20:58:08 host kernel: [ 1936.510073] NVRM: GPU at 0000:01:00.0 has fallen off the bus."),
+        Some("0000:01:00.0".into())
+    );
+    assert_eq!(
+        pci("[6781741.548783] NVRM: GPU 0000:91:00.0: GPU has fallen off the bus."),
+        Some("0000:91:00.0".into())
+    );
+    // Upper-case hex and no `PCI:` prefix in the Xid address.
+    match parse_line(b"[449410.3] NVRM: Xid (0000:D8:00): 74, pid='<unknown>', name=<unknown>, NVLink: fatal error")
+        .map(|r| r.payload)
+    {
+        Some(Payload::Xid { code, pci, .. }) => {
+            assert_eq!((code, pci.as_deref()), (74, Some("0000:d8:00.0")))
+        }
+        other => panic!("{other:?}"),
+    }
+    // Labels newer drivers print: the number decides.
+    for to in ["0x2 (OS Reboot)", "0x1 (PF FLR)", "0x4 (Drain and Reset)"] {
+        let m = format!("GPU recovery action changed from 0x0 (None) to {to}");
+        assert_eq!(recovery_action(&m), PolicyAction::Drain, "{to}");
+    }
 }

@@ -13,8 +13,8 @@ use std::path::Path;
 
 use memchr::memmem::Finder;
 
+use super::assemble::Assembler;
 use super::cursor::{fnv1a, Cursor};
-use super::event::Assembler;
 use super::log_read::LogRead;
 use super::parse::{parse_line, unwrap};
 use super::policy::Policy;
@@ -341,7 +341,7 @@ fn scan_lines(
             parse_line(line)
         };
         if let Some(record) = parsed {
-            asm.feed_into(record, base + start as u64, out);
+            out.add(asm, record, base + start as u64);
         }
     }
     chunk.len()

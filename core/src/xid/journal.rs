@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::assemble::Assembler;
 use super::cursor::Cursor;
-use super::event::Assembler;
 use super::log_read::LogRead;
 use super::parse::{parse_body, Origin, Record};
 use super::policy::Policy;
@@ -99,7 +99,7 @@ pub(crate) fn read_journal(
             after = Some(entry.cursor.clone());
             position += 1;
             if let Some(record) = entry.record() {
-                asm.feed_into(record, position, &mut out);
+                out.add(&mut asm, record, position);
             }
         }
         if !cut_short {

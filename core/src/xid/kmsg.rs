@@ -15,8 +15,8 @@ use std::path::Path;
 
 use memchr::memmem;
 
+use super::assemble::Assembler;
 use super::cursor::Cursor;
-use super::event::Assembler;
 use super::log_read::LogRead;
 use super::parse::parse_line;
 use super::policy::Policy;
@@ -269,7 +269,7 @@ fn read_pass(
             continue;
         }
         if let Some(record) = parse_line(line) {
-            asm.feed_into(record, seq, out);
+            out.add(&mut asm, record, seq);
         }
     }
     if overwritten && out.lost_records == 0 {

@@ -11,8 +11,10 @@
 
 use std::collections::HashMap;
 
+use super::assemble::Assembler;
 use super::cursor::Cursor;
 use super::event::{EventKind, XidEvent};
+use super::parse::Record;
 use crate::config::PolicyAction;
 
 /// What a read found.
@@ -81,8 +83,16 @@ impl LogRead {
         LogRead::default()
     }
 
+    /// Feed a record to `asm`; the event it completes, if any, is added.
+    pub(crate) fn add(&mut self, asm: &mut Assembler, record: Record, position: u64) {
+        if let Some(ev) = asm.feed(record, position) {
+            let action = asm.action(&ev);
+            self.push(ev, action);
+        }
+    }
+
     /// Add an event the policy gives `action` (before repeat rules).
-    pub(crate) fn push(&mut self, ev: XidEvent, action: PolicyAction) {
+    fn push(&mut self, ev: XidEvent, action: PolicyAction) {
         if self.events.len() >= MAX_EVENTS {
             for grain in [Grain::Device, Grain::Code, Grain::Action] {
                 self.fold(grain);

@@ -40,6 +40,7 @@
 //! - [`Policy`]: built-in table (docs/xid-policy.md) plus `[xid]` overrides;
 //!   repeat rules count events in a history saved with the cursor.
 
+mod assemble;
 mod catalog;
 mod cursor;
 mod event;
@@ -55,15 +56,14 @@ mod read;
 mod scan;
 mod stamp;
 
-use std::path::PathBuf;
-
 pub use crate::config::{CodeKey, PolicyAction, XidConfig, XidRule};
+pub use assemble::Assembler;
 pub use catalog::{
     entry, markdown_table, sxid_is_fatal, sxid_meaning, xid_meaning, DefaultAction, Resolution,
     Source, XidInfo, CATALOG,
 };
 pub use cursor::{Cursor, XidState};
-pub use event::{Assembler, EventKind, XidEvent};
+pub use event::{EventKind, XidEvent};
 pub use history::RepeatHistory;
 pub use journal::JOURNAL;
 pub use judge::{judge, Seen, MAX_FINDINGS};
@@ -71,16 +71,6 @@ pub use kmsg::{KmsgDevice, KmsgRead, KmsgSource, MemoryRing};
 pub use log_read::{LogRead, MAX_EVENTS};
 pub use parse::{parse_line, Origin, Payload, Record};
 pub use policy::{recovery_action, Decision, Policy};
-pub use read::{read_since, read_source, LogSource};
+pub use read::{read_since, read_source, LogSource, XidError};
 pub use scan::{scan, scan_source, ScanOutcome};
 pub use stamp::{Stamp, TimeContext};
-
-/// Errors of reading a kernel log (the scan turns them into findings).
-#[derive(Debug, thiserror::Error)]
-pub enum XidError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}

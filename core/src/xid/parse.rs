@@ -378,9 +378,12 @@ fn mentions_fallen_off(text: &[u8]) -> bool {
     memchr::memmem::find(text, b"fallen off the bus").is_some()
 }
 
-/// `NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.`
+/// `NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.`, or the older
+/// drivers' `NVRM: GPU at 0000:01:00.0 has fallen off the bus.`
 fn pci_after_gpu_word(rest: &[u8]) -> Option<String> {
     let rest = rest.strip_prefix(b"GPU ")?;
+    let rest = rest.strip_prefix(b"at ").unwrap_or(rest);
+    let rest = rest.strip_prefix(b"PCI:").unwrap_or(rest);
     let token = rest.split(|&b| b == b' ').next()?;
     let token = token.strip_suffix(b":").unwrap_or(token);
     normalize_pci(std::str::from_utf8(token).ok()?)

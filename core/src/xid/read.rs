@@ -1,7 +1,7 @@
 //! Reading events from a kernel log between a cursor and now.
 
 use std::os::unix::fs::FileTypeExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::cursor::Cursor;
 use super::file::read_file;
@@ -10,7 +10,6 @@ use super::kmsg::{read_kmsg, KmsgDevice, KmsgSource};
 use super::log_read::LogRead;
 use super::policy::Policy;
 use super::stamp::TimeContext;
-use super::XidError;
 use crate::config::XidConfig;
 use crate::snapshot::NodeSnapshot;
 
@@ -170,4 +169,14 @@ fn read_uptime_ms(path: &Path) -> std::io::Result<i64> {
         return Err(std::io::Error::other("negative uptime"));
     }
     Ok((secs * 1000.0) as i64)
+}
+
+/// Errors of reading a kernel log (the scan turns them into findings).
+#[derive(Debug, thiserror::Error)]
+pub enum XidError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }

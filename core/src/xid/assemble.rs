@@ -1,0 +1,156 @@
+//! The state machine that turns parsed records into events: the one piece
+//! of cross-line state is a lost-GPU header waiting for its "fallen off
+//! the bus" part; it also gives each event its policy action for the
+//! storm fold.
+
+use super::event::{EventKind, XidEvent};
+use super::parse::{Origin, Payload, Record};
+use super::policy::Policy;
+use super::stamp::{Stamp, TimeContext};
+use crate::config::PolicyAction;
+
+struct PendingHeader {
+    pci: String,
+    position: u64,
+    /// An event came after the header: rereading from the header would
+    /// count that event twice.
+    passed: bool,
+}
+
+/// Turns records into events; holds the one piece of cross-line state: a
+/// `The NVIDIA GPU <bdf>` header waiting for its "fallen off the bus" line.
+pub struct Assembler {
+    pending: Option<PendingHeader>,
+    /// How far (in the caller's position unit) the fallen-off line may
+    /// follow its header.
+    window: u64,
+    ctx: TimeContext,
+    /// Gives each event its action for the storm fold.
+    policy: Policy,
+}
+
+impl Assembler {
+    /// `window`: distance in the unit of the positions passed to
+    /// [`Assembler::feed`] (bytes for files, records for /dev/kmsg).
+    pub fn new(window: u64, ctx: TimeContext, policy: Policy) -> Self {
+        Assembler {
+            pending: None,
+            window,
+            ctx,
+            policy,
+        }
+    }
+
+    /// The policy's action for an event this assembler made (before
+    /// repeat rules): what a storm fold keeps apart.
+    pub(crate) fn action(&self, ev: &XidEvent) -> PolicyAction {
+        self.policy.decide(ev).action
+    }
+
+    /// Where a reader should go on from next time instead of `end`: at a
+    /// lost-GPU header still waiting for its "fallen off" part (the rest
+    /// of the message may not be written yet), unless an event followed it.
+    pub fn holdback(&self, end: u64) -> Option<u64> {
+        let h = self.pending.as_ref()?;
+        (!h.passed && end.saturating_sub(h.position) <= self.window).then_some(h.position)
+    }
+
+    /// The event a record completes, if any. `position` must not decrease.
+    pub fn feed(&mut self, record: Record, position: u64) -> Option<XidEvent> {
+        let Record {
+            stamp,
+            seq,
+            origin,
+            payload,
+        } = record;
+        let mut ev = self.feed_payload(payload, stamp, seq, position)?;
+        ev.forgeable = origin == Origin::SyslogTag;
+        if let Some(h) = &mut self.pending {
+            h.passed = true;
+        }
+        Some(ev)
+    }
+
+    fn feed_payload(
+        &mut self,
+        payload: Payload,
+        stamp: Stamp,
+        seq: Option<u64>,
+        position: u64,
+    ) -> Option<XidEvent> {
+        match payload {
+            Payload::Xid {
+                code,
+                pci,
+                pid,
+                process,
+                message,
+            } => Some(self.event(EventKind::Xid, code, pci, stamp, seq, message, pid, process)),
+            Payload::Sxid { code, pci, message } => {
+                Some(self.event(EventKind::Sxid, code, pci, stamp, seq, message, None, None))
+            }
+            Payload::GpuHeader { pci } => {
+                self.pending = Some(PendingHeader {
+                    pci,
+                    position,
+                    passed: false,
+                });
+                None
+            }
+            Payload::FallenOff { pci } => {
+                let header = self.pending.take().filter(|h| {
+                    position.saturating_sub(h.position) <= self.window
+                        && !matches!(&pci, Some(p) if *p != h.pci)
+                });
+                // Without its header (split by a scan boundary, or a
+                // driver's own wording) a lost GPU is still a lost GPU.
+                let pci = pci.or(header.map(|h| h.pci));
+                let mut ev = self.event(
+                    EventKind::Xid,
+                    79,
+                    pci,
+                    stamp,
+                    seq,
+                    "GPU has fallen off the bus and is not responding to commands".into(),
+                    None,
+                    None,
+                );
+                ev.fallen_off_bus = true;
+                Some(ev)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn event(
+        &self,
+        kind: EventKind,
+        code: u32,
+        pci: Option<String>,
+        stamp: Stamp,
+        seq: Option<u64>,
+        message: String,
+        pid: Option<u32>,
+        process: Option<String>,
+    ) -> XidEvent {
+        XidEvent {
+            kind,
+            code,
+            fallen_off_bus: false,
+            pci,
+            gpu: None,
+            uuid: None,
+            pid,
+            process,
+            message,
+            time_ms: self.ctx.resolve(&stamp).and_then(|t| u64::try_from(t).ok()),
+            monotonic_us: match stamp {
+                Stamp::Monotonic { us } => Some(us),
+                _ => None,
+            },
+            seq,
+            forgeable: false,
+            count: 1,
+        }
+    }
+}

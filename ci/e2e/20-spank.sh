@@ -91,6 +91,12 @@ test_nccl_env_from_fabric_keeps_users_value() {
     assert_contains "$OUT" "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1" "RoCE node n2 gets its two ports"
     assert_contains "$OUT" "NCCL_IB_GID_INDEX=3" "RoCE v2 IPv4 GID index 3 on n2"
     assert_contains "$OUT" "NCCL_IB_TIMEOUT=22" "default NCCL_IB_TIMEOUT 22 on n2"
+    # The admin command shows what the plugin set, through the same code.
+    local job_vars shown
+    job_vars=$(grep '^NCCL_IB_' <<<"$OUT" | sort)
+    shown=$(SLURMD_NODENAME=n2 GPU_HEALTH_CONFIG=$GH_DIR/etc/gpu-health.toml \
+        "$GH_BIN_DIR/gpu-health" nccl-env --plugstack "$(spank_plugstack)" | sed -n 's/^  \(NCCL_IB_[A-Z_]*=\)/\1/p' | sort)
+    assert_eq "$shown" "$job_vars" "gpu-health nccl-env on n2 shows the variables the job got"
 }
 
 # 3. Admin settings: nccl_set, nccl_ib_tc, nccl_force; a plugstack typo is

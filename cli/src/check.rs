@@ -1,6 +1,6 @@
 //! `gpu-health check`: the prolog's probe and checks, printed, never acted on.
 
-use gpu_health_core::finding::{Action, Finding};
+use gpu_health_core::finding::{drain_reason, Action, Finding};
 use gpu_health_core::probe;
 use gpu_health_core::run::{node_check, RunContext};
 use gpu_health_core::text::printable;
@@ -26,17 +26,24 @@ struct GpuLine<'a> {
     lost: bool,
 }
 
-const USAGE: &str = "usage: gpu-health check [--json]";
+const USAGE: &str = "usage: gpu-health check [--json | --npd]";
+
+/// Kubernetes Node Problem Detector's custom plugins: exit 0 healthy, 1 a
+/// problem, 2 unknown, and one short line (NPD keeps `max_output_length`
+/// bytes of it, 80 by default).
+const NPD_LINE_MAX: usize = 80;
 
 pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
     let mut json = false;
+    let mut npd = false;
     let mut parser = lexopt::Parser::from_args(args);
     loop {
         match parser.next() {
             Ok(None) => break,
             Ok(Some(lexopt::Arg::Long("json"))) => json = true,
+            Ok(Some(lexopt::Arg::Long("npd"))) => npd = true,
             Ok(Some(lexopt::Arg::Long("help") | lexopt::Arg::Short('h'))) => {
-                println!("{USAGE}\n\nProbe this node as the Prolog does and print the findings; never drains.\nExit 0 healthy, 1 a fatal finding, 2 a usage or configuration error.");
+                println!("{USAGE}\n\nProbe this node as the Prolog does and print the findings; never drains.\nExit 0 healthy, 1 a fatal finding, 2 a usage or configuration error.\n  --npd  one status line for Kubernetes Node Problem Detector's custom plugins\n         (exit 0 healthy, 1 problem, 2 unknown)");
                 return 0;
             }
             Ok(Some(arg)) => return crate::usage_error("check", arg.unexpected(), USAGE),
@@ -49,6 +56,11 @@ pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
         ..Default::default()
     };
     let check = node_check::check_node(&ctx, opts);
+    if npd {
+        let (code, line) = npd_status(ctx.config_ok(), &check.findings, check.snapshot.gpus.len());
+        println!("{line}");
+        return code;
+    }
     let worst = check.findings.iter().map(|f| f.action).max();
     let report = Report {
         node: ctx.node.to_string(),
@@ -88,6 +100,37 @@ pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
     } else {
         0
     }
+}
+
+/// The NPD exit code and status line. Unknown when the configuration
+/// could not be used (the checks ran on defaults); a problem when a
+/// finding would drain (the line is its drain reason); else healthy.
+fn npd_status(config_ok: bool, findings: &[Finding], gpus: usize) -> (i32, String) {
+    let (code, line) = if !config_ok {
+        (
+            2,
+            "gpu-health: unknown, the configuration has an error".to_string(),
+        )
+    } else if let Some(reason) = drain_reason(findings) {
+        (1, reason)
+    } else {
+        let warnings = findings.iter().filter(|f| f.action == Action::Warn).count();
+        let mut line = format!("gpu-health: ok, {gpus} GPUs");
+        if warnings > 0 {
+            line.push_str(&format!(", {warnings} warnings"));
+        }
+        (0, line)
+    };
+    let mut line = printable(&line).into_owned();
+    if line.len() > NPD_LINE_MAX {
+        let mut cut = NPD_LINE_MAX - 3;
+        while !line.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        line.truncate(cut);
+        line.push_str("...");
+    }
+    (code, line)
 }
 
 fn print_table(r: &Report<'_>) {
@@ -141,4 +184,35 @@ fn print_table(r: &Report<'_>) {
         }
     }
     println!("verdict: {}", r.worst);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn npd_convention() {
+        let warn = Finding::node("x", Action::Warn, "hot".into(), "m".into());
+        let dbe = Finding::gpu(
+            "ecc-uncorrected",
+            Action::Drain,
+            3,
+            Some("0000:3b:00.0"),
+            "ECC DBE GPU3 0000:3b:00.0 and a long tail of words to pass eighty bytes".into(),
+            "m".into(),
+        );
+        assert_eq!(
+            npd_status(true, &[], 8),
+            (0, "gpu-health: ok, 8 GPUs".into())
+        );
+        assert_eq!(
+            npd_status(true, std::slice::from_ref(&warn), 8),
+            (0, "gpu-health: ok, 8 GPUs, 1 warnings".into())
+        );
+        let (code, line) = npd_status(true, &[warn, dbe], 8);
+        assert_eq!(code, 1);
+        assert!(line.starts_with("gpu-health: ECC DBE GPU3"), "{line}");
+        assert!(line.len() <= NPD_LINE_MAX && line.ends_with("..."));
+        assert_eq!(npd_status(false, &[], 8).0, 2);
+    }
 }

@@ -3,6 +3,7 @@
 
 mod check;
 mod health;
+mod nccl_env;
 mod report;
 mod resume;
 mod xids;
@@ -19,6 +20,9 @@ commands:
                             exit 0 healthy, 1 fatal finding, 2 usage/config error
   xids [--json] [--no-probe] [FILE]
                             list NVIDIA Xid events in FILE or the configured kernel log
+  xids --catalog [--json]   the built-in Xid table (default action, NVIDIA's action)
+  nccl-env [--sysfs-root DIR] [--plugstack FILE] [--json]
+                            the NCCL variables the SPANK plugin would set here, and why
   report [--job ID] [--user NAME] [--since DATE] [--json|--csv] [--dir DIR]
                             per-job GPU energy, peak memory, health deltas
   health-check              the HealthCheckProgram run: checks, drains, automatic return
@@ -82,6 +86,7 @@ fn dispatch(mut parser: lexopt::Parser) -> Result<i32, lexopt::Error> {
         "check" => check::run(&rest, start),
         "xids" => xids::run(&rest, start),
         "report" => report::run(&rest, &start().loaded.config),
+        "nccl-env" => nccl_env::run(&rest, &start().loaded.config),
         "health-check" => health::run(&rest, start),
         "resume" => resume::run(&rest, start),
         "help" => {

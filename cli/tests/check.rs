@@ -72,3 +72,60 @@ fn usage_and_config_errors_exit_2() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("thresholds"), "{err}");
 }
+
+/// Node Problem Detector's custom-plugin convention, on the real NVML
+/// code path: one line, exit 0 healthy / 1 problem / 2 unknown.
+#[test]
+fn npd_mode_on_shipped_scenarios() {
+    for (s, code, start) in [
+        ("h100x8-healthy", 0, "gpu-health: ok, 8 GPUs"),
+        (
+            "h100x8-pcie-degraded",
+            0,
+            "gpu-health: ok, 8 GPUs, 1 warnings",
+        ),
+        ("h100x8-dbe", 1, "gpu-health: ECC"),
+        ("h100x8-fallen-off", 1, "gpu-health: "),
+    ] {
+        let (got, out, err) = check(s, "", &["--npd"]);
+        assert_eq!(got, code, "{s}\n{out}\n{err}");
+        assert_eq!(out.lines().count(), 1, "{s}: one line\n{out}");
+        assert!(
+            out.starts_with(start) && out.trim_end().len() <= 80,
+            "{s}: {out}"
+        );
+    }
+    let (got, out, _) = check("h100x8-healthy", "thresholds = 3\n", &["--npd"]);
+    assert_eq!(
+        (got, out.trim()),
+        (2, "gpu-health: unknown, the configuration has an error")
+    );
+}
+
+/// The shipped Node Problem Detector config runs this mode of the
+/// installed binary, with a timeout above the probe's deadline.
+#[test]
+fn the_shipped_npd_config_runs_check_npd() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../packaging/npd/gpu-health-npd.json");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(v["plugin"], "custom");
+    let rule = &v["rules"][0];
+    assert_eq!(rule["path"], "/usr/sbin/gpu-health");
+    assert_eq!(rule["args"], serde_json::json!(["check", "--npd"]));
+    assert_eq!(rule["condition"], v["conditions"][0]["type"]);
+    assert_eq!(v["pluginConfig"]["max_output_length"], 80);
+    let secs = |s: &serde_json::Value| {
+        s.as_str()
+            .unwrap()
+            .trim_end_matches('s')
+            .parse::<u64>()
+            .unwrap()
+    };
+    let deadline_s = gpu_health_core::config::Config::default().nvml_deadline_ms / 1000;
+    assert!(
+        secs(&rule["timeout"]) > deadline_s,
+        "the probe's deadline fits in the timeout"
+    );
+}

@@ -7,6 +7,7 @@
 //! `NCCL_IB_*` from it ([`nccl`]); the node checks reuse the port list to
 //! verify that the expected ports are ACTIVE / LinkUp at their rate.
 
+pub mod explain;
 pub mod nccl;
 
 use std::path::{Path, PathBuf};

@@ -21,6 +21,7 @@ pub mod finding;
 pub mod ids;
 pub mod logging;
 pub mod ops;
+pub mod plugstack;
 pub mod probe;
 pub mod process;
 pub mod records;

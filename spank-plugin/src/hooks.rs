@@ -11,10 +11,10 @@ use std::sync::{Mutex, PoisonError};
 
 use slurm_spank::spank_sys as sys;
 
-use crate::args::{parse_args, PluginArgs};
 use crate::options::OptionValues;
 use crate::spank::{self, Context, OptionSpec, Spank};
 use crate::{local, remote};
+use gpu_health_core::plugstack::{parse_args, PluginArgs};
 
 /// Callbacks run one after another in one thread (a forked child for the
 /// task callbacks), so the lock is never contended; it only makes the

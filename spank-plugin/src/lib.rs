@@ -5,11 +5,11 @@
 //!
 //! Contexts (see docs/spank.md): submission ([`local`]: sbatch, salloc,
 //! srun) validates and refuses; the step side ([`remote`]: slurmstepd)
-//! sets the environment and checks each step. The pure parts ([`args`],
-//! [`options`], [`step_checks`]) are tested without Slurm; the FFI glue
-//! is left out of test builds, which have no Slurm to link against.
+//! sets the environment and checks each step. The pure parts (the
+//! plugstack.conf arguments in `gpu_health_core::plugstack`, [`options`],
+//! [`step_checks`]) are tested without Slurm; the FFI glue is left out of
+//! test builds, which have no Slurm to link against.
 
-pub mod args;
 pub mod env_marker;
 pub mod options;
 pub mod step_checks;

@@ -9,9 +9,9 @@ use std::os::raw::c_int;
 use gpu_health_core::topology::check_step_layout;
 use gpu_health_core::verdict::Mode;
 
-use crate::args::PluginArgs;
 use crate::options::{gpus_per_node, validate, OptionValues};
 use crate::spank::{self, Spank};
+use gpu_health_core::plugstack::PluginArgs;
 
 /// init_post_opt in sbatch/salloc/srun: refuse bad option values.
 pub fn check_submission(values: &OptionValues, args: &PluginArgs) -> c_int {

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use gpu_health_core::verdict::Mode;
 
-use crate::args::PluginArgs;
+use gpu_health_core::plugstack::PluginArgs;
 
 /// NCCL_DEBUG levels NCCL knows.
 pub const NCCL_DEBUG_LEVELS: [&str; 5] = ["VERSION", "WARN", "INFO", "ABORT", "TRACE"];

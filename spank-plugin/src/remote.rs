@@ -17,11 +17,11 @@ use gpu_health_core::state::StateDir;
 use gpu_health_core::topology::check_node_groups;
 use gpu_health_core::verdict::Mode;
 
-use crate::args::PluginArgs;
 use crate::env_marker::{should_write, SetByPlugin, MARKER};
 use crate::options::{nccl_debug_file, read_lenient, JobOptions, OptionValues};
 use crate::spank::{self, SetEnv, Spank};
 use crate::step_checks::{health_report, job_gpus, read_topology, read_verdict, tp_report};
+use gpu_health_core::plugstack::PluginArgs;
 
 /// Step ids at or above this are Slurm's special steps (batch script,
 /// extern, interactive): no srun task layout to check there.

@@ -1,7 +1,7 @@
 //! Option validation without Slurm.
 
 use super::*;
-use crate::args::parse_args;
+use gpu_health_core::plugstack::parse_args;
 use proptest::prelude::*;
 
 fn vals(mode: Option<&str>) -> OptionValues {

@@ -6,8 +6,8 @@
 
 use std::path::PathBuf;
 
-use gpu_health_core::fabric::nccl::NcclPolicy;
-use gpu_health_core::verdict::Mode;
+use crate::fabric::nccl::NcclPolicy;
+use crate::verdict::Mode;
 
 pub const KNOWN_KEYS: &str = "default_mode, allow_off, sysfs_root, config, nccl_ib_timeout, nccl_ib_tc, nccl_ib_sl, nccl_set, nccl_force";
 

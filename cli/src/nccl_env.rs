@@ -1,0 +1,230 @@
+//! `gpu-health nccl-env [--sysfs-root DIR] [--plugstack FILE] [--json]`:
+//! the NCCL variables the SPANK plugin would set on this node, and why,
+//! through the plugin's own code: its plugstack.conf arguments, the same
+//! sysfs reader and the same derivation.
+
+use std::path::{Path, PathBuf};
+
+use gpu_health_core::config::Config;
+use gpu_health_core::fabric::explain::{explain, Explanation};
+use gpu_health_core::fabric::nccl::{derive_nccl_env, FabricKind};
+use gpu_health_core::fabric::read_fabric;
+use gpu_health_core::plugstack::{self, PluginArgs};
+
+const USAGE: &str = "usage: gpu-health nccl-env [--sysfs-root DIR] [--plugstack FILE] [--json]";
+
+struct Options {
+    sysfs_root: Option<PathBuf>,
+    plugstack: PathBuf,
+    json: bool,
+}
+
+/// Exit: 0 shown, 1 the fabric could not be read, 2 usage error.
+pub fn run(args: &[String], config: &Config) -> i32 {
+    let opts = match parse_args(args) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            println!(
+                "{USAGE}\n\nWhat the gpu-health SPANK plugin would set on this node (NCCL_IB_HCA,\n\
+                 NCCL_IB_GID_INDEX, NCCL_IB_TIMEOUT, ...) and why, with the arguments of its\n\
+                 plugstack.conf line.\n  --sysfs-root DIR  read the RDMA ports under DIR (default: the plugin's\n                    sysfs_root, else the configuration's)\n  \
+                 --plugstack FILE  plugstack.conf to read (default {})\n  --json            one JSON object",
+                plugstack::DEFAULT_PLUGSTACK
+            );
+            return 0;
+        }
+        Err(e) => return crate::usage_error("nccl-env", e, USAGE),
+    };
+    let (args, notes) = plugin_args(&opts.plugstack);
+    for n in &notes {
+        eprintln!("gpu-health nccl-env: {n}");
+    }
+    let root = opts
+        .sysfs_root
+        .clone()
+        .or_else(|| args.sysfs_root.clone())
+        .unwrap_or_else(|| config.sysfs_root.clone());
+    match explanation(&root, &args) {
+        Ok(e) if opts.json => {
+            println!("{}", serde_json::to_string(&e).unwrap_or_default());
+            0
+        }
+        Ok(e) => {
+            print!("{}", render(&e, &root));
+            0
+        }
+        Err(e) => {
+            eprintln!(
+                "gpu-health nccl-env: RDMA fabric unreadable under {}: {e}",
+                root.display()
+            );
+            1
+        }
+    }
+}
+
+/// The plugin's arguments from plugstack.conf (defaults when it has no
+/// gpu-health line), and what the admin should hear about them.
+fn plugin_args(plugstack: &Path) -> (PluginArgs, Vec<String>) {
+    match plugstack::find_plugin_line(plugstack) {
+        Ok(Some(words)) => {
+            let (args, problems) = plugstack::parse_args(&words);
+            (args, problems.iter().map(ToString::to_string).collect())
+        }
+        Ok(None) => (
+            PluginArgs::default(),
+            vec![format!(
+                "{} has no {} line: showing the plugin's defaults",
+                plugstack.display(),
+                plugstack::PLUGIN_FILE
+            )],
+        ),
+        Err(e) => (
+            PluginArgs::default(),
+            vec![format!("{e}: showing the plugin's defaults")],
+        ),
+    }
+}
+
+/// What the plugin derives from the fabric under `root`, explained.
+pub fn explanation(root: &Path, args: &PluginArgs) -> Result<Explanation, String> {
+    let fabric = read_fabric(root).map_err(|e| e.to_string())?;
+    let env = derive_nccl_env(&fabric, &args.nccl);
+    Ok(explain(&fabric, &args.nccl, &env))
+}
+
+fn render(e: &Explanation, root: &Path) -> String {
+    let mut out = String::new();
+    let kind = match e.fabric {
+        FabricKind::InfiniBand => "InfiniBand",
+        FabricKind::Roce => "RoCE",
+        FabricKind::Unusable => "RDMA ports, none NCCL_IB_* applies to",
+        FabricKind::None => "no RDMA ports",
+    };
+    out.push_str(&format!(
+        "fabric: {kind} (sysfs under {})\n",
+        root.display()
+    ));
+    if !e.ports.is_empty() {
+        out.push_str("ports:\n");
+        for p in &e.ports {
+            out.push_str(&format!(
+                "  {:<10} {:<16} {:<10} {:<12} {:<14} {}\n",
+                p.port,
+                p.link_layer,
+                p.state,
+                p.phys_state,
+                p.rate.as_deref().unwrap_or("-"),
+                p.why
+            ));
+        }
+    }
+    if e.vars.is_empty() {
+        out.push_str("the plugin sets no NCCL variable on this node\n");
+    } else {
+        out.push_str("the plugin sets (never over a value the job's user set):\n");
+        for v in &e.vars {
+            out.push_str(&format!("  {}={}\n      {}\n", v.name, v.value, v.why));
+        }
+    }
+    for n in &e.notes {
+        out.push_str(&format!("note: {n}\n"));
+    }
+    out
+}
+
+fn parse_args(args: &[String]) -> Result<Option<Options>, lexopt::Error> {
+    use lexopt::Arg::{Long, Short};
+    let mut opts = Options {
+        sysfs_root: None,
+        plugstack: PathBuf::from(plugstack::DEFAULT_PLUGSTACK),
+        json: false,
+    };
+    let mut parser = lexopt::Parser::from_args(args);
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("sysfs-root") => opts.sysfs_root = Some(parser.value()?.into()),
+            Long("plugstack") => opts.plugstack = parser.value()?.into(),
+            Long("json") => opts.json = true,
+            Long("help") | Short('h') => return Ok(None),
+            other => return Err(other.unexpected()),
+        }
+    }
+    Ok(Some(opts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../core/tests/fixtures/sysfs")
+            .join(name)
+    }
+
+    fn vars(e: &Explanation) -> Vec<String> {
+        e.vars
+            .iter()
+            .map(|v| format!("{}={}", v.name, v.value))
+            .collect()
+    }
+
+    #[test]
+    fn every_sysfs_fixture() {
+        let args = PluginArgs::default();
+        let ib = explanation(&fixture("ib-ndr8-one-down"), &args).unwrap();
+        assert_eq!(ib.fabric, FabricKind::InfiniBand);
+        assert!(
+            vars(&ib)[0].starts_with("NCCL_IB_HCA==mlx5_"),
+            "{:?}",
+            vars(&ib)
+        );
+        assert!(vars(&ib).contains(&"NCCL_IB_TIMEOUT=22".to_string()));
+        let down: Vec<&str> = ib
+            .ports
+            .iter()
+            .filter(|p| !p.used)
+            .map(|p| p.why.as_str())
+            .collect();
+        assert!(down.contains(&"not ACTIVE: left out"), "{down:?}");
+        assert!(!vars(&ib)[0].contains(&ib.ports.iter().find(|p| !p.used).unwrap().port));
+        let roce = explanation(&fixture("roce-v2"), &args).unwrap();
+        assert_eq!(roce.fabric, FabricKind::Roce);
+        assert!(vars(&roce)
+            .iter()
+            .any(|v| v.starts_with("NCCL_IB_GID_INDEX=")));
+        assert!(roce.ports.iter().any(|p| p.why.contains("GID at index")));
+        let efa = explanation(&fixture("efa"), &args).unwrap();
+        assert_eq!(efa.fabric, FabricKind::Unusable);
+        assert!(efa.vars.is_empty());
+        assert!(render(&efa, Path::new("/x")).contains("sets no NCCL variable"));
+        let none = explanation(&fixture("none"), &args).unwrap();
+        assert_eq!(none.fabric, FabricKind::None);
+        // The admin's plugstack.conf arguments count, as in the plugin.
+        let (admin, problems) = plugstack::parse_args(&[
+            "nccl_ib_timeout=19",
+            "nccl_set=NCCL_IB_QPS_PER_CONNECTION=4",
+        ]);
+        assert!(problems.is_empty());
+        let e = explanation(&fixture("ib-ndr8-one-down"), &admin).unwrap();
+        assert!(vars(&e).contains(&"NCCL_IB_TIMEOUT=19".to_string()));
+        let qps = e
+            .vars
+            .iter()
+            .find(|v| v.name == "NCCL_IB_QPS_PER_CONNECTION")
+            .unwrap();
+        assert!(qps.why.contains("nccl_set"));
+    }
+
+    #[test]
+    fn usage() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(parse_args(&a(&["--bogus"])).is_err());
+        let o = parse_args(&a(&["--sysfs-root", "/s", "--json"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(o.sysfs_root.as_deref(), Some(Path::new("/s")));
+        assert!(o.json);
+    }
+}

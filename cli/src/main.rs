@@ -6,6 +6,7 @@ mod health;
 mod nccl_env;
 mod report;
 mod resume;
+mod watch;
 mod xids;
 
 use gpu_health_core::logging;
@@ -21,6 +22,8 @@ commands:
   xids [--json] [--no-probe] [FILE]
                             list NVIDIA Xid events in FILE or the configured kernel log
   xids --catalog [--json]   the built-in Xid table (default action, NVIDIA's action)
+  watch [-l SECONDS] [--count N] [--csv|--json]
+                            power, temperature, fan and health of each GPU, every SECONDS
   nccl-env [--sysfs-root DIR] [--plugstack FILE] [--json]
                             the NCCL variables the SPANK plugin would set here, and why
   report [--job ID] [--user NAME] [--since DATE] [--json|--csv] [--dir DIR]
@@ -87,6 +90,7 @@ fn dispatch(mut parser: lexopt::Parser) -> Result<i32, lexopt::Error> {
         "xids" => xids::run(&rest, start),
         "report" => report::run(&rest, &start().loaded.config),
         "nccl-env" => nccl_env::run(&rest, &start().loaded.config),
+        "watch" => watch::run(&rest, start),
         "health-check" => health::run(&rest, start),
         "resume" => resume::run(&rest, start),
         "help" => {

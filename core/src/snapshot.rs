@@ -74,6 +74,10 @@ pub struct GpuSnapshot {
     pub memory_total_bytes: Option<u64>,
     pub memory_used_bytes: Option<u64>,
     pub temperature_c: Option<u32>,
+    /// Percent of the fan's maximum; `None` where the board has no fan of
+    /// its own (SXM) or NVML does not say.
+    #[serde(default)]
+    pub fan_speed_pct: Option<u32>,
     pub power_usage_mw: Option<u32>,
     pub power_limit_mw: Option<u32>,
     pub default_power_limit_mw: Option<u32>,

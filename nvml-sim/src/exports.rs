@@ -33,6 +33,7 @@ pub const EXPORTED_FUNCTIONS: &[&str] = &[
     "nvmlDeviceGetMemoryInfo",
     "nvmlDeviceGetMemoryInfo_v2",
     "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetFanSpeed",
     "nvmlDeviceGetPowerUsage",
     "nvmlDeviceGetEnforcedPowerLimit",
     "nvmlDeviceGetPowerManagementLimit",

@@ -192,6 +192,7 @@ fn probe_device(dev: &mut Device<'_>, index: u32, opts: ProbeOptions) -> GpuSnap
         memory_total_bytes: mem.as_ref().map(|m| m.total),
         memory_used_bytes: mem.as_ref().map(|m| m.used),
         temperature_c: r.get("temperature", dev.temperature(TemperatureSensor::Gpu)),
+        fan_speed_pct: r.get("fan speed", dev.fan_speed(0)),
         power_usage_mw: r.get("power", dev.power_usage()),
         power_limit_mw: r.get("power limit", dev.enforced_power_limit()),
         default_power_limit_mw: r.get("default power limit", dev.power_management_limit_default()),

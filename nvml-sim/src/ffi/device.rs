@@ -3,8 +3,8 @@
 use super::{enable_state, fill_chars, now_ms, on_device, put, put_str};
 use crate::abi::{
     NvmlDevice, NvmlMemory, NvmlMemoryV2, NvmlPciInfo, NvmlReturn,
-    NVML_ERROR_ARGUMENT_VERSION_MISMATCH, NVML_ERROR_INVALID_ARGUMENT, NVML_MEMORY_V2_VERSION,
-    NVML_TEMPERATURE_GPU,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED,
+    NVML_MEMORY_V2_VERSION, NVML_TEMPERATURE_GPU,
 };
 use crate::scenario::Gpu;
 use std::os::raw::{c_char, c_uint, c_ulonglong};
@@ -160,6 +160,19 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperature(
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
         put(temperature, g.spec.temperature_c)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetFanSpeed(
+    device: NvmlDevice,
+    speed: *mut c_uint,
+) -> NvmlReturn {
+    on_device("nvmlDeviceGetFanSpeed", device, |_, g| {
+        match g.spec.fan_speed_pct {
+            Some(pct) => put(speed, pct),
+            None => Err(NVML_ERROR_NOT_SUPPORTED),
+        }
     })
 }
 

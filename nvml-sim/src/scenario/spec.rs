@@ -22,6 +22,7 @@ pub const BUILTIN_GPU: &str = r#"{
   "numa_node": null,
   "memory": { "total_mib": 81559, "reserved_mib": 506, "used_mib": 4 },
   "temperature_c": 34,
+  "fan_speed_pct": null,
   "power": { "draw_mw": 72000, "limit_mw": 700000, "default_limit_mw": 700000 },
   "energy_base_mj": 0,
   "ecc": {
@@ -162,6 +163,8 @@ pub struct GpuSpec {
     pub numa_node: Option<u32>,
     pub memory: MemorySpec,
     pub temperature_c: u32,
+    /// `null`: NOT_SUPPORTED, as on SXM boards cooled by the chassis.
+    pub fan_speed_pct: Option<u32>,
     pub power: PowerSpec,
     pub energy_base_mj: u64,
     pub ecc: EccSpec,

@@ -155,9 +155,6 @@ gh_install_packages() {
     dpkg -s slurm-wlm >/dev/null 2>&1 || missing+=(slurm-wlm)
     command -v python3 >/dev/null || missing+=(python3)
     command -v ss >/dev/null || missing+=(iproute2)
-    # The journal reader's tests write real journal files with it.
-    [[ -x /lib/systemd/systemd-journal-remote || -x /usr/lib/systemd/systemd-journal-remote ]] ||
-        missing+=(systemd-journal-remote)
     ((${#missing[@]})) || return 0
     command -v apt-get >/dev/null || gh_die "missing ${missing[*]} and no apt-get to install them"
     gh_say "installing ${missing[*]} (Debian packages)"

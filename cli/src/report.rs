@@ -10,13 +10,18 @@ use gpu_health_core::config::Config;
 use gpu_health_core::records::{self, GpuRecord, GpuSink, JobSummary, ReportFilter, SummaryGpu};
 use gpu_health_core::time::{format_utc_ms, parse_since};
 
+mod near_oom;
+use near_oom::NearOomGpus;
+
 const USAGE: &str = "\
-usage: gpu-health report [--job ID] [--user NAME] [--since DATE] [--json|--csv] [--dir DIR]
+usage: gpu-health report [--job ID] [--user NAME] [--since DATE] [--near-oom] [--json|--csv] [--dir DIR]
 
   --job ID       only this job
   --user NAME    only this user's jobs
   --since DATE   only jobs that ended at or after DATE (UTC):
                  YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS]
+  --near-oom     only the GPUs whose peak memory came near their memory
+                 (thresholds.near_oom_share), with what the user can try
   --json         one object per job (JSON array), with its GPUs
   --csv          one line per job
   --dir DIR      records directory (default: records_dir of the configuration)
@@ -30,6 +35,7 @@ struct Args {
     filter: ReportFilter,
     format: Format,
     dir: Option<PathBuf>,
+    near_oom: bool,
 }
 
 #[derive(Debug, PartialEq)]
@@ -94,6 +100,7 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
             Long("dir") => out.dir = Some(PathBuf::from(value(&mut p, "--dir")?)),
             Long("json") => set_format(&mut out, Format::Json)?,
             Long("csv") => set_format(&mut out, Format::Csv)?,
+            Long("near-oom") => out.near_oom = true,
             _ => return Err(arg.unexpected().to_string()),
         }
     }
@@ -114,6 +121,13 @@ pub fn run(args: &[String], cfg: &Config) -> i32 {
     };
     let dir = args.dir.clone().unwrap_or_else(|| cfg.records_dir());
     // Each format keeps only what it shows of the GPUs (see GpuSink).
+    if args.near_oom {
+        return match args.format {
+            Format::Json => report::<NearOomGpus>(&dir, &args.filter, near_oom::write_json),
+            Format::Csv => report::<NearOomGpus>(&dir, &args.filter, near_oom::write_csv),
+            Format::Table => report::<NearOomGpus>(&dir, &args.filter, near_oom::write_table),
+        };
+    }
     match args.format {
         Format::Json => report::<Vec<SummaryGpu>>(&dir, &args.filter, write_json),
         Format::Csv => report::<GpuCount>(&dir, &args.filter, write_csv),

@@ -49,6 +49,7 @@ fn record(job: u64, n: u64, seq: u64) -> JobRecord {
             peak_memory_bytes: Some((seq % 80 + 1) << 30),
             peak_memory_absent_reason: None,
             memory_total_bytes: Some(85_520_809_984),
+            near_oom: false,
             ecc_corrected_delta: Some(seq % 2),
             ecc_uncorrected_delta: Some(0),
             remapped_correctable_delta: Some(0),

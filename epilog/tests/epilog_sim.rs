@@ -352,3 +352,52 @@ fn a_hung_gpu_does_not_hold_the_epilog() {
         .unwrap()
         .contains("300 ms"));
 }
+
+/// A job that came within 3% of two GPUs' memory: the record flags those
+/// GPUs, the node's log says so, and `gpu-health report --near-oom` lists
+/// them with the figures and the remedies.
+#[test]
+fn near_oom_gpus_are_flagged_and_reported() {
+    let mut s = shipped("h100x8-near-oom.json");
+    for g in s["gpus"].as_array_mut().unwrap() {
+        g["accounting"]["processes"][0]["started_ms_ago"] = 200.into();
+    }
+    let node = Node::new(&s, "");
+    node.prolog("111", "0-7");
+    std::thread::sleep(Duration::from_millis(300));
+    let out = node.epilog("111", "0-7");
+    let r = &node.records()[0];
+    let flagged: Vec<u64> = r["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["near_oom"] == true)
+        .map(|g| g["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(flagged, [1, 6], "{r}");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("GPU1's peak memory reached 95%"), "{log}");
+    let report = Command::new(gpu_health_testkit::workspace_binary(
+        "gpu-health",
+        "gpu-health",
+    ))
+    .args(["report", "--near-oom", "--dir"])
+    .arg(node.path("records"))
+    .env_clear()
+    .env("GPU_HEALTH_CONFIG", node.path("gpu-health.toml"))
+    .output()
+    .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(report.status.success(), "{text}");
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("111 ")).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(
+        rows[0].contains("GPU1") && rows[0].contains("(97%)"),
+        "{text}"
+    );
+    assert!(text.contains("1. BF16/FP16 mixed precision"), "{text}");
+    assert!(
+        text.contains("4. a smaller micro-batch with gradient accumulation"),
+        "{text}"
+    );
+}

@@ -26,6 +26,7 @@ pub const RANGES: &[KeyRange] = &[
     range("expected_gpus", 0.0, 64.0),
     range("thresholds.max_temperature_c", 30.0, 150.0),
     range("thresholds.min_power_limit_ratio", 0.0, 1.0),
+    range("thresholds.near_oom_share", 0.5, 1.0),
     range("xid.lookback_hours", 1.0, 8784.0),
     range("xid.journal_timeout_ms", 100.0, 60_000.0),
     range("xid.rules.repeat", 1.0, 1000.0),

@@ -92,6 +92,9 @@ pub struct Thresholds {
     pub min_power_limit_ratio: f64,
     /// Warn when persistence mode is off (costly NVML init on every job).
     pub require_persistence_mode: bool,
+    /// A job's GPU whose peak memory reached this share of its memory is
+    /// flagged near out of memory in the job record.
+    pub near_oom_share: f64,
 }
 
 impl Default for Thresholds {
@@ -102,6 +105,7 @@ impl Default for Thresholds {
             sbe_fatal_per_hour: 1000.0,
             min_power_limit_ratio: 0.9,
             require_persistence_mode: true,
+            near_oom_share: 0.95,
         }
     }
 }
@@ -164,6 +168,7 @@ impl Config {
             return Err("thresholds: need 0 <= sbe_warn_per_hour <= sbe_fatal_per_hour".into());
         }
         check_range("thresholds.min_power_limit_ratio", t.min_power_limit_ratio)?;
+        check_range("thresholds.near_oom_share", t.near_oom_share)?;
         check_range(
             "thresholds.max_temperature_c",
             f64::from(t.max_temperature_c),

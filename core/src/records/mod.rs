@@ -18,7 +18,7 @@ mod summary;
 
 pub use compute::{
     build_record, counter_delta, delta_findings, describe_nvml_failure, during_job, energy_j,
-    mean_power_w, peak_memory, JobEnd, JobMeta, NO_START,
+    flag_near_oom, mean_power_w, peak_memory, JobEnd, JobMeta, NO_START,
 };
 pub use prometheus::{render as render_prometheus, update as update_prometheus, RECENT_JOBS};
 pub use read::{

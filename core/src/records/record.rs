@@ -57,6 +57,10 @@ pub struct GpuRecord {
     pub peak_memory_bytes: Option<u64>,
     pub peak_memory_absent_reason: Option<String>,
     pub memory_total_bytes: Option<u64>,
+    /// The peak reached `thresholds.near_oom_share` of the GPU's memory:
+    /// the job was close to running out (see `gpu-health report --near-oom`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub near_oom: bool,
     pub ecc_corrected_delta: Option<u64>,
     pub ecc_uncorrected_delta: Option<u64>,
     pub remapped_correctable_delta: Option<u64>,

@@ -106,6 +106,13 @@ fn finish_job(ctx: &RunContext, job: &JobEnv, meta: &JobMeta) -> EpilogOutcome {
             xids,
         },
     );
+    let share = cfg.thresholds.near_oom_share;
+    for gpu in records::flag_near_oom(&mut record, share) {
+        log::warn!(
+            "job {job_id}: GPU{gpu}'s peak memory reached {:.0}% of its memory (near out of memory)",
+            share * 100.0
+        );
+    }
     act_on_faults(ctx, job_id, &mut record);
     let stored = match record.to_line() {
         Ok(line) => records::store_line(&ctx.state, &cfg.records_dir(), ctx.now_ms, job_id, &line),

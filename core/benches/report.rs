@@ -50,6 +50,8 @@ fn record(job: u64, n: u64, seq: u64) -> JobRecord {
             peak_memory_absent_reason: None,
             memory_total_bytes: Some(85_520_809_984),
             near_oom: false,
+            gpu_utilization_pct: None,
+            memory_utilization_pct: None,
             ecc_corrected_delta: Some(seq % 2),
             ecc_uncorrected_delta: Some(0),
             remapped_correctable_delta: Some(0),

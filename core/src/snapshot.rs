@@ -138,6 +138,12 @@ pub struct AccountedProcess {
     /// Run time in ms; 0 while the process is still running.
     pub time_ms: u64,
     pub is_running: bool,
+    /// Percent of its run time the GPU's SMs (and its memory) were busy,
+    /// as NVML's accounting statistics say.
+    #[serde(default)]
+    pub gpu_utilization: Option<u32>,
+    #[serde(default)]
+    pub memory_utilization: Option<u32>,
 }
 
 /// Throttle-reason bits that mean the hardware is protecting itself (from

@@ -177,6 +177,16 @@ fn energy_and_peak_memory_of_a_job() {
         );
         let peak = &s["gpus"][idx]["accounting"]["processes"][0]["max_memory_bytes"];
         assert_eq!(&g["peak_memory_bytes"], peak);
+        // Utilisation from the accounting statistics, as DCGM's job stats.
+        let process = &s["gpus"][idx]["accounting"]["processes"][0];
+        assert_eq!(
+            g["gpu_utilization_pct"].as_f64(),
+            process["gpu_utilization"].as_f64()
+        );
+        assert_eq!(
+            g["memory_utilization_pct"].as_f64(),
+            process["memory_utilization"].as_f64()
+        );
         assert_eq!(g["ecc_uncorrected_delta"], 0);
         assert_eq!(g["pcie_replay_delta"], 0);
     }

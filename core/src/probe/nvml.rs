@@ -320,6 +320,8 @@ fn read_accounting(r: &mut Reader, dev: &Device<'_>) -> Vec<AccountedProcess> {
                 start_time_us: s.start_time,
                 time_ms: s.time,
                 is_running: s.is_running,
+                gpu_utilization: s.gpu_utilization,
+                memory_utilization: s.memory_utilization,
             });
         }
     }

@@ -3,7 +3,7 @@
 
 use crate::finding::{Action, Finding};
 use crate::ids::{JobId, NodeName};
-use crate::snapshot::{GpuSnapshot, NodeSnapshot, NvmlFailure};
+use crate::snapshot::{AccountedProcess, GpuSnapshot, NodeSnapshot, NvmlFailure};
 
 use super::record::{GpuRecord, JobRecord, RECORD_VERSION};
 use super::start::{nvlink_error_total, GpuCounters, JobStart};
@@ -186,6 +186,8 @@ fn gpu_record(
         Ok(p) => rec.peak_memory_bytes = Some(p),
         Err(why) => rec.peak_memory_absent_reason = Some(why),
     }
+    rec.gpu_utilization_pct = utilization(n, start.start_ms, end_ms, |p| p.gpu_utilization);
+    rec.memory_utilization_pct = utilization(n, start.start_ms, end_ms, |p| p.memory_utilization);
     let mut delta = |what: &str, a: Option<u64>, z: Option<u64>| -> Option<u64> {
         match counter_delta(a, z) {
             Ok(d) => Some(d),
@@ -286,6 +288,36 @@ pub fn peak_memory(
         .filter_map(|p| p.max_memory_bytes)
         .max()
         .ok_or_else(|| "the job's accounted processes report no memory figure".into())
+}
+
+/// The mean of a utilisation figure over the job's accounted processes on
+/// this GPU, weighted by each one's run time (a running process: the time
+/// since it started); `None` when no process gives the figure.
+pub fn utilization(
+    end: &GpuSnapshot,
+    start_ms: u64,
+    end_ms: u64,
+    figure: impl Fn(&AccountedProcess) -> Option<u32>,
+) -> Option<f64> {
+    let (lo, hi) = (start_ms.saturating_mul(1000), end_ms.saturating_mul(1000));
+    let mut weighted = 0.0;
+    let mut total = 0.0;
+    for p in end
+        .accounted_processes
+        .iter()
+        .filter(|p| (lo..=hi).contains(&p.start_time_us))
+    {
+        let Some(pct) = figure(p) else { continue };
+        let ran_ms = if p.is_running || p.time_ms == 0 {
+            hi.saturating_sub(p.start_time_us) / 1000
+        } else {
+            p.time_ms
+        };
+        let w = ran_ms.max(1) as f64;
+        weighted += f64::from(pct.min(100)) * w;
+        total += w;
+    }
+    (total > 0.0).then(|| (weighted / total * 10.0).round() / 10.0)
 }
 
 /// Difference of a monotonic counter.

@@ -61,6 +61,13 @@ pub struct GpuRecord {
     /// the job was close to running out (see `gpu-health report --near-oom`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub near_oom: bool,
+    /// Mean share of time the GPU's SMs / its memory were busy for the
+    /// job's processes (NVML accounting statistics, weighted by each
+    /// process's run time), in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_utilization_pct: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_utilization_pct: Option<f64>,
     pub ecc_corrected_delta: Option<u64>,
     pub ecc_uncorrected_delta: Option<u64>,
     pub remapped_correctable_delta: Option<u64>,

@@ -56,6 +56,8 @@ fn proc_(start_ms: u64, mem: Option<u64>) -> AccountedProcess {
         start_time_us: start_ms * 1000,
         time_ms: 0,
         is_running: false,
+        gpu_utilization: None,
+        memory_utilization: None,
     }
 }
 

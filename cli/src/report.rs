@@ -11,10 +11,12 @@ use gpu_health_core::records::{self, GpuRecord, GpuSink, JobSummary, ReportFilte
 use gpu_health_core::time::{format_utc_ms, parse_since};
 
 mod near_oom;
+mod power;
 use near_oom::NearOomGpus;
 
 const USAGE: &str = "\
-usage: gpu-health report [--job ID] [--user NAME] [--since DATE] [--near-oom] [--json|--csv] [--dir DIR]
+usage: gpu-health report [--job ID] [--user NAME] [--since DATE] [--near-oom | --power [--svg FILE]]
+                         [--json|--csv] [--dir DIR]
 
   --job ID       only this job
   --user NAME    only this user's jobs
@@ -22,6 +24,10 @@ usage: gpu-health report [--job ID] [--user NAME] [--since DATE] [--near-oom] [-
                  YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS]
   --near-oom     only the GPUs whose peak memory came near their memory
                  (thresholds.near_oom_share), with what the user can try
+  --power        energy and power per node and per rack ([[power.racks]]),
+                 the hours a rack passed its budget
+  --svg FILE     with --power: a chart of each rack's power per hour and
+                 its budget, written to FILE
   --json         one object per job (JSON array), with its GPUs
   --csv          one line per job
   --dir DIR      records directory (default: records_dir of the configuration)
@@ -36,6 +42,8 @@ struct Args {
     format: Format,
     dir: Option<PathBuf>,
     near_oom: bool,
+    power: bool,
+    svg: Option<PathBuf>,
 }
 
 #[derive(Debug, PartialEq)]
@@ -101,8 +109,19 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
             Long("json") => set_format(&mut out, Format::Json)?,
             Long("csv") => set_format(&mut out, Format::Csv)?,
             Long("near-oom") => out.near_oom = true,
+            Long("power") => out.power = true,
+            Long("svg") => out.svg = Some(PathBuf::from(value(&mut p, "--svg")?)),
             _ => return Err(arg.unexpected().to_string()),
         }
+    }
+    if out.svg.is_some() && !out.power {
+        return Err("--svg goes with --power".into());
+    }
+    if out.power && (out.near_oom || out.format != Format::Table) {
+        return Err(
+            "--power shows a table (and --svg a chart); it takes no --near-oom, --json or --csv"
+                .into(),
+        );
     }
     Ok(Command::Report(out))
 }
@@ -120,6 +139,9 @@ pub fn run(args: &[String], cfg: &Config) -> i32 {
         }
     };
     let dir = args.dir.clone().unwrap_or_else(|| cfg.records_dir());
+    if args.power {
+        return power_report(&dir, &args, cfg);
+    }
     // Each format keeps only what it shows of the GPUs (see GpuSink).
     if args.near_oom {
         return match args.format {
@@ -133,6 +155,29 @@ pub fn run(args: &[String], cfg: &Config) -> i32 {
         Format::Csv => report::<GpuCount>(&dir, &args.filter, write_csv),
         Format::Table => report::<TableGpus>(&dir, &args.filter, write_table),
     }
+}
+
+/// `--power`: the table to stdout, the chart to `--svg`.
+fn power_report(dir: &Path, args: &Args, cfg: &Config) -> i32 {
+    let read = records::read_jobs::<power::NodeEnergies>(dir, &args.filter);
+    for e in &read.errors {
+        eprintln!("gpu-health report: {}", Term(e));
+    }
+    let (r, left_out) = power::report(&read.jobs, &cfg.power.racks);
+    let mut out = BufWriter::new(io::stdout().lock());
+    if let Err(e) = power::write_table(&mut out, &r, left_out).and_then(|()| out.flush()) {
+        if e.kind() != io::ErrorKind::BrokenPipe {
+            eprintln!("gpu-health report: writing the report: {e}");
+            return 1;
+        }
+    }
+    if let Some(path) = &args.svg {
+        if let Err(e) = std::fs::write(path, power::svg(&r)) {
+            eprintln!("gpu-health report: {}: {e}", path.display());
+            return 1;
+        }
+    }
+    0
 }
 
 /// Reads the jobs, writes them with `write` to stdout; the exit status.

@@ -61,3 +61,31 @@ fn health_check_reports_and_exits_by_the_worst_finding() {
     let (code, _, _) = run("h100x8-healthy", "", &["health-check", "x"]);
     assert_eq!(code, 2);
 }
+
+/// Every health check refreshes the live power in the node_exporter
+/// textfile (when one is configured), from its own probe.
+#[test]
+fn health_check_refreshes_the_live_power_in_the_textfile() {
+    let node = SimNode::new("h100x8-pcie-degraded");
+    let prom = node.path("gpu-health.prom");
+    let cfg = node.write_config(&format!("prometheus_textfile = \"{}\"\n", prom.display()));
+    let (code, out, err) = output(
+        Command::new(env!("CARGO_BIN_EXE_gpu-health"))
+            .arg("health-check")
+            .env_clear()
+            .env("GPU_HEALTH_CONFIG", &cfg)
+            .env("SLURMD_NODENAME", "n1"),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let text = std::fs::read_to_string(&prom).unwrap();
+    // GPU 2 of the scenario draws 698 W of its 700 W limit.
+    assert!(
+        text.contains("gpu_health_gpu_power_watts{gpu=\"2\"} 698"),
+        "{text}"
+    );
+    assert!(
+        text.contains("gpu_health_gpu_power_limit_watts{gpu=\"2\"} 700"),
+        "{text}"
+    );
+    assert!(text.contains("gpu_health_node_gpu_power_watts "), "{text}");
+}

@@ -30,7 +30,7 @@ const OPTIONAL: &[&str] = &[
 ];
 
 /// Per-code maps, documented by example rather than by default.
-const MAPS: &[&str] = &["xid.actions", "xid.rules"];
+const MAPS: &[&str] = &["xid.actions", "xid.rules", "power.racks"];
 
 /// `section.key` -> default, from the code.
 fn defaults() -> BTreeMap<String, toml::Value> {
@@ -243,7 +243,10 @@ fn example_config() -> Vec<Documented> {
         if let Some(kv) = line.strip_prefix('#') {
             if let Some((k, v)) = kv.split_once(" = ") {
                 if !k.contains(' ') && !k.is_empty() {
-                    if !section.starts_with("xid.") {
+                    let in_map = MAPS
+                        .iter()
+                        .any(|m| section == *m || section.starts_with(&format!("{m}.")));
+                    if !in_map {
                         out.push(Documented {
                             key: if section.is_empty() {
                                 k.to_string()
@@ -312,6 +315,10 @@ fn xid_rule_ranges_are_documented() {
         ("xid.rules.repeat", "docs/xid-policy.md"),
         ("xid.rules.window_minutes", "docs/xid-policy.md"),
         ("xid.rules.repeat", "packaging/man/gpu-health.toml.5"),
+        ("power.racks.supply_kw", "docs/configuration.md"),
+        ("power.racks.cooling_kw", "docs/configuration.md"),
+        ("power.racks.node_overhead_w", "docs/configuration.md"),
+        ("power.racks.supply_kw", "packaging/man/gpu-health.toml.5"),
         (
             "xid.rules.window_minutes",
             "packaging/man/gpu-health.toml.5",

@@ -206,6 +206,19 @@ fn energy_and_peak_memory_of_a_job() {
         prom.contains("gpu_health_job_gpu_energy_joules{job=\"101\",user=\"alice\",gpu=\"5\"}"),
         "{prom}"
     );
+    // The node's power as the epilog's probe saw it, every GPU.
+    assert!(
+        prom.contains(&format!(
+            "gpu_health_gpu_power_watts{{gpu=\"5\"}} {}",
+            draw_w(&s, 5)
+        )),
+        "{prom}"
+    );
+    let total: f64 = (0..8).map(|i| draw_w(&s, i)).sum();
+    assert!(
+        prom.contains(&format!("gpu_health_node_gpu_power_watts {total}")),
+        "{prom}"
+    );
 }
 
 #[test]

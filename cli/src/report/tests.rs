@@ -221,3 +221,89 @@ fn csv_quotes_what_needs_it() {
     assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
     assert_eq!(csv_field("plain"), "plain");
 }
+
+/// A 2-node rack whose GPUs draw 5.6 kW (8 x 700 W) each for two hours
+/// from 10:00 UTC, with 1.5 kW per node besides: 14.2 kW against an 8 kW
+/// feed. The table names the hours over budget; the chart renders.
+#[test]
+fn power_per_node_and_rack_with_the_hours_over_budget_and_a_chart() {
+    const H: u64 = 3_600_000;
+    let day = 1_795_910_400_000; // 2026-11-29T00:00:00Z
+    let job = |id: &str, node: &str| {
+        let mut r = record(id, node);
+        r.start_ms = Some(day + 10 * H);
+        r.end_ms = day + 12 * H;
+        r.gpus = (0..8)
+            .map(|i| GpuRecord {
+                index: i,
+                energy_j: Some(700.0 * 7200.0),
+                ..GpuRecord::default()
+            })
+            .collect();
+        r
+    };
+    let records = [job("7", "gpu001"), job("7", "gpu002"), job("8", "gpu003")];
+    let mut s = records::Summarizer::<power::NodeEnergies>::new();
+    records.iter().for_each(|r| _ = s.add(r.clone()));
+    let jobs = s.finish(&ReportFilter::default());
+    let rack = gpu_health_core::config::RackConfig {
+        name: "r01".into(),
+        nodes: vec!["gpu[001-002]".into()],
+        supply_kw: 8.0,
+        cooling_kw: 12.0,
+        node_overhead_w: 1500.0,
+    };
+    let (r, left_out) = power::report(&jobs, &[rack]);
+    assert_eq!(left_out, 0);
+    let mut out = Vec::new();
+    power::write_table(&mut out, &r, left_out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("gpu001"), "{text}");
+    let node = text.lines().find(|l| l.starts_with("gpu001")).unwrap();
+    assert!(node.contains("11.200") && node.contains("5600.0"), "{node}");
+    assert!(
+        text.contains("over budget: rack r01 at 2026-11-29T10:00Z: 14.2 kW, budget 8.0 kW"),
+        "{text}"
+    );
+    assert!(
+        text.contains("over budget: rack r01 at 2026-11-29T11:00Z"),
+        "{text}"
+    );
+    let chart = power::svg(&r);
+    assert!(
+        chart.contains("budget 8.0 kW") && chart.contains("<polyline"),
+        "{chart}"
+    );
+    // It renders: rsvg-convert (librsvg, installed by the test command)
+    // makes a PNG of it.
+    let dir = tempfile::tempdir().unwrap();
+    let (svg, png) = (dir.path().join("power.svg"), dir.path().join("power.png"));
+    std::fs::write(&svg, &chart).unwrap();
+    let run = std::process::Command::new("rsvg-convert")
+        .arg("-o")
+        .arg(&png)
+        .arg(&svg)
+        .output()
+        .expect("rsvg-convert (apt-get install librsvg2-bin; ./ci/test installs it)");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let bytes = std::fs::read(&png).unwrap();
+    assert!(
+        bytes.starts_with(b"\x89PNG\r\n\x1a\n") && bytes.len() > 1000,
+        "{} bytes",
+        bytes.len()
+    );
+    // Width and height from the PNG header: the SVG's size.
+    let be = |i: usize| u32::from_be_bytes(bytes[i..i + 4].try_into().unwrap());
+    assert_eq!((be(16), be(20)), (800, 230));
+}
+
+#[test]
+fn power_arguments() {
+    assert!(parsed(&["--power", "--svg", "/tmp/x.svg"]).power);
+    assert!(error(&["--svg", "/tmp/x.svg"]).contains("--power"));
+    assert!(error(&["--power", "--json"]).contains("--power"));
+}

@@ -9,6 +9,7 @@
 
 mod keys;
 mod load;
+mod power;
 mod sections;
 mod xid;
 
@@ -20,6 +21,7 @@ pub use keys::{check as check_range, range_of, KeyRange, NVML_DEADLINE_FLOOR_MS,
 pub use load::{
     config_path, load, load_for_node, node_dropin_path, parse, Loaded, MAX_CONFIG_BYTES,
 };
+pub use power::{expand as expand_node_range, PowerConfig, RackConfig};
 pub use sections::{
     parse_port_name, BrakeConfig, BrakeScope, DcgmConfig, PortAction, RdmaConfig, RecoveryConfig,
 };
@@ -77,6 +79,8 @@ pub struct Config {
     pub dcgm: DcgmConfig,
     /// RDMA ports the node must have up.
     pub rdma: RdmaConfig,
+    /// Racks for `gpu-health report --power`.
+    pub power: PowerConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -130,6 +134,7 @@ impl Default for Config {
             recovery: RecoveryConfig::default(),
             dcgm: DcgmConfig::default(),
             rdma: RdmaConfig::default(),
+            power: PowerConfig::default(),
         }
     }
 }
@@ -177,7 +182,8 @@ impl Config {
         self.brake.validate()?;
         self.recovery.validate()?;
         self.dcgm.validate()?;
-        self.rdma.validate()
+        self.rdma.validate()?;
+        self.power.validate()
     }
 }
 

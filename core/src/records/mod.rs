@@ -9,6 +9,7 @@
 //! [`read_jobs`]. Formats: docs/records.md.
 
 mod compute;
+pub mod power;
 mod prometheus;
 mod read;
 mod record;
@@ -20,7 +21,10 @@ pub use compute::{
     build_record, counter_delta, delta_findings, describe_nvml_failure, during_job, energy_j,
     flag_near_oom, mean_power_w, peak_memory, JobEnd, JobMeta, NO_START,
 };
-pub use prometheus::{render as render_prometheus, update as update_prometheus, RECENT_JOBS};
+pub use prometheus::{
+    refresh_live as refresh_prometheus_live, render as render_prometheus,
+    render_with as render_prometheus_with, update as update_prometheus, LivePower, RECENT_JOBS,
+};
 pub use read::{
     read_jobs, read_records, read_records_filtered, ReadJobs, ReadRecords, MAX_LINE_BYTES,
 };

@@ -6,15 +6,52 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::record::JobRecord;
+use crate::snapshot::NodeSnapshot;
 use crate::state::{self, StateDir, StateError, StateFile};
 
 /// How many jobs the textfile shows (one series per GPU each: 8-GPU jobs
 /// give a few hundred series).
 pub const RECENT_JOBS: usize = 16;
 
+/// The node's power as the latest probe saw it (the epilog at job end, the
+/// health check every HealthCheckInterval): what the textfile shows live.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LivePower {
+    /// (GPU index, draw W, enforced limit W).
+    pub gpus: Vec<(u32, Option<f64>, Option<f64>)>,
+    /// Unix ms of the probe.
+    pub at_ms: u64,
+}
+
+impl LivePower {
+    pub fn of(snapshot: &NodeSnapshot) -> LivePower {
+        let w = |mw: Option<u32>| mw.map(|v| f64::from(v) / 1000.0);
+        LivePower {
+            gpus: snapshot
+                .gpus
+                .iter()
+                .map(|g| (g.index, w(g.power_usage_mw), w(g.power_limit_mw)))
+                .collect(),
+            at_ms: snapshot.taken_at_ms,
+        }
+    }
+}
+
+/// Rewrite the textfile with the recent jobs as they are and `live` (the
+/// health check's refresh of the live figures).
+pub fn refresh_live(state: &StateDir, textfile: &Path, live: &LivePower) -> Result<(), StateError> {
+    let recent: Vec<JobRecord> = state.load(StateFile::RecentJobs)?.unwrap_or_default();
+    state::write_file_atomic(textfile, render_with(&recent, Some(live)).as_bytes(), 0o644)
+}
+
 /// Add `record` to the recent list and rewrite the textfile (readable by
 /// node_exporter, which does not run as root: mode 0644).
-pub fn update(state: &StateDir, textfile: &Path, record: &JobRecord) -> Result<(), StateError> {
+pub fn update(
+    state: &StateDir,
+    textfile: &Path,
+    record: &JobRecord,
+    live: Option<&LivePower>,
+) -> Result<(), StateError> {
     // Locked: concurrent epilogs read, change and write the same list.
     let recent = state.update(StateFile::RecentJobs, |r: Option<Vec<JobRecord>>| {
         let mut recent = r.unwrap_or_default();
@@ -25,7 +62,46 @@ pub fn update(state: &StateDir, textfile: &Path, record: &JobRecord) -> Result<(
         }
         (Some(recent.clone()), recent)
     })?;
-    state::write_file_atomic(textfile, render(&recent).as_bytes(), 0o644)
+    state::write_file_atomic(textfile, render_with(&recent, live).as_bytes(), 0o644)
+}
+
+fn render_live(out: &mut String, live: &LivePower) {
+    let families: [(
+        &str,
+        &str,
+        fn(&(u32, Option<f64>, Option<f64>)) -> Option<f64>,
+    ); 2] = [
+        (
+            "gpu_health_gpu_power_watts",
+            "GPU power draw at the latest probe",
+            |g| g.1,
+        ),
+        (
+            "gpu_health_gpu_power_limit_watts",
+            "GPU enforced power limit",
+            |g| g.2,
+        ),
+    ];
+    for (name, help, value) in families {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        for g in &live.gpus {
+            if let Some(v) = value(g).filter(|v| v.is_finite()) {
+                let _ = writeln!(out, "{name}{{gpu=\"{}\"}} {v}", g.0);
+            }
+        }
+    }
+    let total: f64 = live.gpus.iter().filter_map(|g| g.1).sum();
+    let _ = writeln!(out, "# HELP gpu_health_node_gpu_power_watts Sum of the node's GPU power draw at the latest probe");
+    let _ = writeln!(out, "# TYPE gpu_health_node_gpu_power_watts gauge");
+    let _ = writeln!(out, "gpu_health_node_gpu_power_watts {total}");
+    let _ = writeln!(out, "# HELP gpu_health_power_probe_timestamp_seconds When the live power was probed (Unix time)");
+    let _ = writeln!(out, "# TYPE gpu_health_power_probe_timestamp_seconds gauge");
+    let _ = writeln!(
+        out,
+        "gpu_health_power_probe_timestamp_seconds {}",
+        live.at_ms as f64 / 1000.0
+    );
 }
 
 /// Label values: backslash, quote and newline escaped.
@@ -89,7 +165,15 @@ type JobFamily = (&'static str, &'static str, fn(&JobRecord) -> Option<f64>);
 
 /// Pure: the textfile for `records` (absent figures have no sample).
 pub fn render(records: &[JobRecord]) -> String {
+    render_with(records, None)
+}
+
+/// [`render`] with the node's live power first.
+pub fn render_with(records: &[JobRecord], live: Option<&LivePower>) -> String {
     let mut out = String::new();
+    if let Some(live) = live {
+        render_live(&mut out, live);
+    }
     let job_labels = |r: &JobRecord| {
         format!(
             "job=\"{}\",user=\"{}\"",

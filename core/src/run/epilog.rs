@@ -121,7 +121,12 @@ fn finish_job(ctx: &RunContext, job: &JobEnv, meta: &JobMeta) -> EpilogOutcome {
         },
     };
     if let Some(textfile) = &cfg.prometheus_textfile {
-        if let Err(e) = records::update_prometheus(&ctx.state, textfile, &record) {
+        if let Err(e) = records::update_prometheus(
+            &ctx.state,
+            textfile,
+            &record,
+            Some(&records::LivePower::of(&snapshot)),
+        ) {
             log::warn!("prometheus textfile not updated: {e}");
         }
     }

@@ -70,6 +70,13 @@ pub fn run(ctx: &RunContext) -> HealthReport {
     let view = node_check::view(ctx, &check);
     let outcome = act::act(ctx, &slurm, &check.findings, check.pending.as_ref(), &view);
     node_check::commit(ctx, &mut check, ctx.config_ok() && outcome.kept);
+    if let Some(textfile) = &ctx.config().prometheus_textfile {
+        // The live power in the node_exporter textfile, every health check.
+        let live = crate::records::LivePower::of(&check.snapshot);
+        if let Err(e) = crate::records::refresh_prometheus_live(&ctx.state, textfile, &live) {
+            log::warn!("cannot refresh the Prometheus textfile: {e}");
+        }
+    }
     let action = match (&outcome.decision.drain_reason, outcome.not_drained()) {
         (_, Some(why)) => HealthAction::NotDrained(why.to_string()),
         (Some(reason), None) => HealthAction::Drained(reason.clone()),

@@ -1,0 +1,234 @@
+//! `gpu-health report --power [--svg FILE]`: energy and power per node and
+//! per rack (`[[power.racks]]`), the hours a rack passed its budget, and a
+//! chart of each rack's power over time with its budget line.
+
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+use gpu_health_core::config::RackConfig;
+use gpu_health_core::records::power::{power_report, JobEnergy, PowerReport, RackPower};
+use gpu_health_core::records::{GpuRecord, GpuSink, JobSummary};
+use gpu_health_core::time::format_utc_ms;
+
+use super::Term;
+
+/// Each node's GPU energy of a job (`None` when no GPU had a figure).
+#[derive(Debug, Default)]
+pub struct NodeEnergies(pub Vec<(String, Option<f64>)>);
+
+impl GpuSink for NodeEnergies {
+    type Part = (String, Option<f64>);
+
+    fn part(node: &str, gpus: Vec<GpuRecord>) -> Self::Part {
+        let figures: Vec<f64> = gpus.iter().filter_map(|g| g.energy_j).collect();
+        (
+            node.to_string(),
+            (!figures.is_empty()).then(|| figures.iter().sum()),
+        )
+    }
+
+    fn append(&mut self, part: Self::Part) {
+        self.0.push(part);
+    }
+
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// The jobs' energies per node; jobs without a start or an energy figure
+/// are counted apart (they cannot be placed in time or have nothing).
+pub fn energies(jobs: &[JobSummary<NodeEnergies>]) -> (Vec<JobEnergy>, usize) {
+    let mut out = Vec::new();
+    let mut left_out = 0;
+    for j in jobs {
+        for (node, energy) in &j.gpus.0 {
+            match (j.start_ms, energy) {
+                (Some(start_ms), Some(e)) => out.push(JobEnergy {
+                    job_id: j.job_id.clone(),
+                    node: node.clone(),
+                    start_ms,
+                    end_ms: j.end_ms,
+                    energy_j: *e,
+                }),
+                _ => left_out += 1,
+            }
+        }
+    }
+    (out, left_out)
+}
+
+pub fn report(jobs: &[JobSummary<NodeEnergies>], racks: &[RackConfig]) -> (PowerReport, usize) {
+    let (e, left_out) = energies(jobs);
+    (power_report(&e, racks), left_out)
+}
+
+fn hour(ms: u64) -> String {
+    format_utc_ms(ms).chars().take(13).collect::<String>() + ":00Z"
+}
+
+pub fn write_table(out: &mut dyn Write, r: &PowerReport, left_out: usize) -> io::Result<()> {
+    if r.nodes.is_empty() {
+        return out.write_all(b"no job records with energy figures\n");
+    }
+    writeln!(
+        out,
+        "{:<14} {:>5} {:>11} {:>9} {:>12}  PEAK_HOUR",
+        "NODE", "JOBS", "ENERGY_KWH", "MEAN_W", "PEAK_HOUR_W"
+    )?;
+    for n in &r.nodes {
+        writeln!(
+            out,
+            "{:<14} {:>5} {:>11.3} {:>9.1} {:>12.1}  {}",
+            Term(&n.node),
+            n.jobs,
+            n.energy_kwh,
+            n.mean_w,
+            n.peak_hour_w,
+            hour(n.peak_hour_ms)
+        )?;
+    }
+    if !r.racks.is_empty() {
+        writeln!(
+            out,
+            "\n{:<10} {:>5} {:>9} {:>9} {:>12}  {:<18} OVER_BUDGET_HOURS",
+            "RACK", "NODES", "SUPPLY_W", "COOL_W", "PEAK_HOUR_W", "PEAK_HOUR"
+        )?;
+        for k in &r.racks {
+            let (at, w) = k.peak().unwrap_or((0, 0.0));
+            writeln!(
+                out,
+                "{:<10} {:>5} {:>9.0} {:>9.0} {:>12.1}  {:<18} {}",
+                Term(&k.name),
+                k.nodes,
+                k.supply_w,
+                k.cooling_w,
+                w,
+                if k.hours.is_empty() {
+                    "-".into()
+                } else {
+                    hour(at)
+                },
+                k.over.len()
+            )?;
+        }
+        for k in &r.racks {
+            for (at, w) in &k.over {
+                writeln!(
+                    out,
+                    "over budget: rack {} at {}: {:.1} kW, budget {:.1} kW",
+                    Term(&k.name),
+                    hour(*at),
+                    w / 1000.0,
+                    k.budget_w / 1000.0
+                )?;
+            }
+        }
+    }
+    if left_out > 0 {
+        writeln!(
+            out,
+            "({left_out} node records without a start time or an energy figure left out)"
+        )?;
+    }
+    writeln!(out, "(hourly figures are means over the hour: GPUs from their energy counters, plus each rack's node_overhead_w)")
+}
+
+/// One panel per rack: its hourly power as a line, its budget dashed.
+pub fn svg(r: &PowerReport) -> String {
+    const W: f64 = 800.0;
+    const PANEL: f64 = 220.0;
+    const LEFT: f64 = 70.0;
+    const PLOT_W: f64 = W - LEFT - 20.0;
+    const PLOT_H: f64 = PANEL - 70.0;
+    let height = PANEL * r.racks.len().max(1) as f64 + 10.0;
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{height}\" viewBox=\"0 0 {W} {height}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    );
+    if r.racks.is_empty() {
+        s.push_str("<text x=\"20\" y=\"40\">no racks configured ([[power.racks]])</text>\n");
+    }
+    for (i, k) in r.racks.iter().enumerate() {
+        panel(&mut s, k, PANEL * i as f64, LEFT, PLOT_W, PLOT_H);
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn panel(s: &mut String, k: &RackPower, top: f64, left: f64, pw: f64, ph: f64) {
+    let y0 = top + 40.0 + ph;
+    let peak = k.hours.iter().map(|(_, w)| *w).fold(0.0, f64::max);
+    let ymax = peak.max(k.budget_w) * 1.15;
+    let y = |w: f64| y0 - w / ymax * ph;
+    let (first, last) = match (k.hours.first(), k.hours.last()) {
+        (Some(a), Some(b)) => (a.0, b.0.max(a.0 + 1)),
+        _ => (0, 1),
+    };
+    let x = |t: u64| left + (t - first) as f64 / (last - first) as f64 * pw;
+    let esc = |t: &str| {
+        t.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let _ = writeln!(
+        s,
+        "<text x=\"{left}\" y=\"{}\" font-weight=\"bold\">rack {} ({} nodes): power per hour, budget {:.1} kW</text>",
+        top + 20.0,
+        esc(&k.name),
+        k.nodes,
+        k.budget_w / 1000.0
+    );
+    let _ = writeln!(
+        s,
+        "<line x1=\"{left}\" y1=\"{y0}\" x2=\"{}\" y2=\"{y0}\" stroke=\"black\"/><line x1=\"{left}\" y1=\"{}\" x2=\"{left}\" y2=\"{y0}\" stroke=\"black\"/>",
+        left + pw,
+        y0 - ph
+    );
+    for frac in [0.0, 0.5, 1.0] {
+        let w = ymax * frac;
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{:.1} kW</text>",
+            left - 6.0,
+            y(w) + 4.0,
+            w / 1000.0
+        );
+    }
+    let _ = writeln!(
+        s,
+        "<line x1=\"{left}\" y1=\"{by:.1}\" x2=\"{}\" y2=\"{by:.1}\" stroke=\"#d62728\" stroke-width=\"2\" stroke-dasharray=\"8 4\"/>",
+        left + pw,
+        by = y(k.budget_w)
+    );
+    if !k.hours.is_empty() {
+        let points: Vec<String> = k
+            .hours
+            .iter()
+            .map(|(t, w)| format!("{:.1},{:.1}", x(*t), y(*w)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"{}\"/>",
+            points.join(" ")
+        );
+        for (t, w) in &k.over {
+            let _ = writeln!(
+                s,
+                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\" fill=\"#d62728\"/>",
+                x(*t),
+                y(*w)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "<text x=\"{left}\" y=\"{}\">{}</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
+            y0 + 16.0,
+            hour(first),
+            left + pw,
+            y0 + 16.0,
+            hour(last)
+        );
+    }
+}

@@ -65,12 +65,15 @@ pub fn update(
     state::write_file_atomic(textfile, render_with(&recent, live).as_bytes(), 0o644)
 }
 
+/// A live GPU figure: name, help, value of one (index, draw, limit).
+type LiveFamily = (
+    &'static str,
+    &'static str,
+    fn(&(u32, Option<f64>, Option<f64>)) -> Option<f64>,
+);
+
 fn render_live(out: &mut String, live: &LivePower) {
-    let families: [(
-        &str,
-        &str,
-        fn(&(u32, Option<f64>, Option<f64>)) -> Option<f64>,
-    ); 2] = [
+    let families: [LiveFamily; 2] = [
         (
             "gpu_health_gpu_power_watts",
             "GPU power draw at the latest probe",

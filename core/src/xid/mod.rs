@@ -29,16 +29,21 @@
 //!   (`prio,seq,usec,flags;msg`, dictionary lines ignored), `dmesg`,
 //!   `dmesg -T`, `dmesg -x`, `dmesg -r`, syslog and `journalctl -k`
 //!   (classic and ISO time stamps). Only kernel records count: kmsg
-//!   facility 0, syslog tag `kernel:`, message starting with `NVRM: ` or
-//!   `nvidia-nvswitchN: SXid`.
-//! - [`Assembler`]: records to [`XidEvent`]s, joining the multi-line
-//!   "The NVIDIA GPU ... fallen off the bus" message (reported as Xid 79
-//!   with `fallen_off_bus`).
+//!   facility 0, syslog tag `kernel:` (marked [`Origin::SyslogTag`]:
+//!   forgeable), message starting with `NVRM: ` or `nvidia-nvswitchN: SXid`.
+//!   A message may hold several lines (newlines, `\x0a`, `#012`).
+//! - [`Assembler`]: records to [`XidEvent`]s, joining the lost-GPU message
+//!   ("The NVIDIA GPU ... fallen off the bus", reported as Xid 79 with
+//!   `fallen_off_bus`) when it comes as separate records.
 //! - Readers: a character device is read record by record as /dev/kmsg
-//!   (cursor = boot id + next sequence number); anything else as a file
-//!   (cursor = device, inode, byte offset, hash of the bytes before it).
-//! - [`Policy`]: built-in table (docs/xid-policy.md) plus `[xid]` overrides;
-//!   repeat rules count events in a history saved with the cursor.
+//!   (cursor = boot id + next sequence number); `journal` through
+//!   journalctl (the journal's cursor); anything else as a file (cursor =
+//!   device, inode, byte offset, hash of the bytes before it; indented
+//!   continuation lines joined to their record). [`LogRead`] bounds a
+//!   storm by folding events per code, device and action.
+//! - [`Policy`]: the one table ([`CATALOG`], shown in docs/xid-policy.md)
+//!   plus `[xid]` overrides; [`judge`] makes findings, repeat rules count
+//!   events in a history saved with the cursor.
 
 mod assemble;
 mod catalog;

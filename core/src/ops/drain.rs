@@ -1,6 +1,6 @@
 //! Draining and resuming this node, with the brake and the drain record.
 //! Every drain of gpu-health (prolog, health check, epilog) goes through
-//! [`drain_guarded`]; every resume through [`resume_own`].
+//! [`Drainer::drain_guarded`]; every resume through [`resume_own`].
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! The SPANK plugin's plugstack.conf line: its arguments ([`args`],
+//! The SPANK plugin's plugstack.conf line: its arguments (`args`,
 //! parsed the same way by the plugin inside slurmstepd and by the admin
 //! command), and finding that line in a plugstack.conf file with its
 //! `include`d files, so that `gpu-health nccl-env` shows what the plugin

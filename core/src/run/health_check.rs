@@ -8,7 +8,7 @@
 //! is drained and by whom); the failing path adds the brake's queries.
 
 use crate::finding::{
-    drain_reason, is_own_reason, reason_clears_itself, Action, Finding, REASON_PREFIX,
+    drain_reason, is_own_reason, own_reason, reason_clears_itself, Action, Finding, REASON_PREFIX,
 };
 use crate::ids::NodeName;
 use crate::ops::dcgm;
@@ -203,8 +203,26 @@ fn remember_return(ctx: &RunContext, kinds: Vec<String>) {
     }
 }
 
-/// A gpu-health reason without its prefix and kind suffix.
+/// A gpu-health reason without its prefix, its kind and whatever Slurm
+/// appended (through the one parser of our reasons).
 fn reason_body(reason: &str) -> &str {
-    let body = reason.strip_prefix(REASON_PREFIX).unwrap_or(reason).trim();
+    let ours = own_reason(reason).map_or(reason, |(r, _)| r);
+    let body = ours.strip_prefix(REASON_PREFIX).unwrap_or(ours).trim();
     body.rsplit_once(" (").map_or(body, |(b, _)| b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reason_body_leaves_out_prefix_kind_and_slurms_addition() {
+        for r in [
+            "gpu-health: Xid 31 GPU0 0000:18:00.0 pid=7 (drain-until-clean)",
+            "gpu-health: Xid 31 GPU0 0000:18:00.0 pid=7 (drain-until-clean) : Not responding",
+        ] {
+            assert_eq!(reason_body(r), "Xid 31 GPU0 0000:18:00.0 pid=7");
+            assert_eq!(escalation::fault_kind(reason_body(r)), "Xid 31");
+        }
+    }
 }

@@ -19,20 +19,20 @@ struct PendingHeader {
 
 /// Turns records into events; holds the one piece of cross-line state: a
 /// `The NVIDIA GPU <bdf>` header waiting for its "fallen off the bus" line.
-pub struct Assembler {
+pub struct Assembler<'a> {
     pending: Option<PendingHeader>,
     /// How far (in the caller's position unit) the fallen-off line may
     /// follow its header.
     window: u64,
     ctx: TimeContext,
     /// Gives each event its action for the storm fold.
-    policy: Policy,
+    policy: &'a Policy,
 }
 
-impl Assembler {
+impl<'a> Assembler<'a> {
     /// `window`: distance in the unit of the positions passed to
     /// [`Assembler::feed`] (bytes for files, records for /dev/kmsg).
-    pub fn new(window: u64, ctx: TimeContext, policy: Policy) -> Self {
+    pub fn new(window: u64, ctx: TimeContext, policy: &'a Policy) -> Self {
         Assembler {
             pending: None,
             window,

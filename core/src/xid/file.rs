@@ -37,7 +37,7 @@ pub(crate) fn read_file(
     let meta = file.metadata()?;
     let (dev, ino, len) = (meta.dev(), meta.ino(), meta.len());
     let mut out = LogRead::empty();
-    let mut asm = Assembler::new(FALLEN_OFF_WINDOW_BYTES, ctx, policy.clone());
+    let mut asm = Assembler::new(FALLEN_OFF_WINDOW_BYTES, ctx, policy);
     let start = match since {
         None => first_scan_start(&file, path, len, &mut out)?,
         Some(c @ Cursor::File { dev: d, ino: i, .. }) if (*d, *i) == (dev, ino) => {
@@ -150,7 +150,7 @@ fn resume_offset(
 fn finish_rotated(
     path: &Path,
     cursor: &Cursor,
-    asm: &mut Assembler,
+    asm: &mut Assembler<'_>,
     out: &mut LogRead,
 ) -> std::io::Result<()> {
     let Cursor::File {
@@ -233,7 +233,7 @@ fn read_range(
     file: &File,
     start: u64,
     end: u64,
-    asm: &mut Assembler,
+    asm: &mut Assembler<'_>,
     out: &mut LogRead,
 ) -> std::io::Result<u64> {
     let finders = (Finder::new(b"NVRM"), Finder::new(b"SXid"));
@@ -306,7 +306,7 @@ fn scan_lines(
     base: u64,
     done: bool,
     finders: &(Finder, Finder),
-    asm: &mut Assembler,
+    asm: &mut Assembler<'_>,
     out: &mut LogRead,
 ) -> usize {
     let mut nvrm = finders.0.find_iter(chunk).peekable();

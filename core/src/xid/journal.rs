@@ -57,7 +57,7 @@ pub(crate) fn read_journal(
         None => None,
     };
     let deadline = Instant::now() + Duration::from_millis(cfg.journal_timeout_ms);
-    let mut asm = Assembler::new(FALLEN_OFF_WINDOW_ENTRIES, ctx, policy.clone());
+    let mut asm = Assembler::new(FALLEN_OFF_WINDOW_ENTRIES, ctx, policy);
     let mut position = 0u64;
     for page in 0..MAX_PAGES {
         let since_ms = (ctx.now_ms.max(0) as u64).saturating_sub(lookback_ms);

@@ -237,7 +237,7 @@ fn read_pass(
 ) -> std::io::Result<Option<u64>> {
     let nvrm = memmem::Finder::new(b"NVRM");
     let sxid = memmem::Finder::new(b"SXid");
-    let mut asm = Assembler::new(FALLEN_OFF_WINDOW_RECORDS, ctx, policy.clone());
+    let mut asm = Assembler::new(FALLEN_OFF_WINDOW_RECORDS, ctx, policy);
     let mut expected: Option<u64> = (skip_below > 0).then_some(skip_below);
     let mut last: Option<u64> = None;
     let mut overwritten = false;

@@ -84,7 +84,7 @@ impl LogRead {
     }
 
     /// Feed a record to `asm`; the event it completes, if any, is added.
-    pub(crate) fn add(&mut self, asm: &mut Assembler, record: Record, position: u64) {
+    pub(crate) fn add(&mut self, asm: &mut Assembler<'_>, record: Record, position: u64) {
         if let Some(ev) = asm.feed(record, position) {
             let action = asm.action(&ev);
             self.push(ev, action);

@@ -43,15 +43,33 @@ pub fn read_source(
     snapshot: &NodeSnapshot,
     now_ms: u64,
 ) -> Result<LogRead, XidError> {
+    read_with_policy(
+        source,
+        since,
+        cfg,
+        &Policy::from_config(cfg),
+        snapshot,
+        now_ms,
+    )
+}
+
+/// [`read_source`] with the policy the caller already built from `cfg`.
+pub(crate) fn read_with_policy(
+    source: LogSource<'_>,
+    since: Option<&Cursor>,
+    cfg: &XidConfig,
+    policy: &Policy,
+    snapshot: &NodeSnapshot,
+    now_ms: u64,
+) -> Result<LogRead, XidError> {
     let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
-    let policy = Policy::from_config(cfg);
     let mut out = match source {
         LogSource::Path(path) if path == Path::new(JOURNAL) => {
             let ctx = TimeContext {
                 boot_ms: None,
                 now_ms: now,
             };
-            read_journal(cfg, since, ctx, &policy).map_err(|source| XidError::Io {
+            read_journal(cfg, since, ctx, policy).map_err(|source| XidError::Io {
                 path: path.to_path_buf(),
                 source,
             })?
@@ -65,14 +83,14 @@ pub fn read_source(
             match source_kind(&meta) {
                 Some(Kind::Kmsg) => {
                     let mut dev = KmsgDevice::open(path).map_err(io)?;
-                    read_ring(&mut dev, since, cfg, &policy, now).map_err(io)?
+                    read_ring(&mut dev, since, cfg, policy, now).map_err(io)?
                 }
                 Some(Kind::File) => {
                     let ctx = TimeContext {
                         boot_ms: None,
                         now_ms: now,
                     };
-                    read_file(path, since, ctx, &policy).map_err(io)?
+                    read_file(path, since, ctx, policy).map_err(io)?
                 }
                 None => {
                     return Err(io(std::io::Error::other(
@@ -82,7 +100,7 @@ pub fn read_source(
             }
         }
         LogSource::Kmsg(ring) => {
-            read_ring(ring, since, cfg, &policy, now).map_err(|source| XidError::Io {
+            read_ring(ring, since, cfg, policy, now).map_err(|source| XidError::Io {
                 path: "<kmsg source>".into(),
                 source,
             })?

@@ -10,7 +10,7 @@ use super::cursor::{Cursor, XidState};
 use super::event::XidEvent;
 use super::judge::{judge, Seen};
 use super::policy::Policy;
-use super::read::{read_source, LogSource};
+use super::read::{read_with_policy, LogSource};
 use crate::finding::{Action, Finding};
 use crate::snapshot::NodeSnapshot;
 
@@ -60,7 +60,16 @@ pub fn scan_source(
     now_ms: u64,
 ) -> ScanOutcome {
     let mut notes: Vec<String> = Vec::new();
-    let read = match read_source(source, state.cursor.as_ref(), cfg, snapshot, now_ms) {
+    // One policy for the read's storm fold and for the judging.
+    let policy = Policy::from_config(cfg);
+    let read = match read_with_policy(
+        source,
+        state.cursor.as_ref(),
+        cfg,
+        &policy,
+        snapshot,
+        now_ms,
+    ) {
         Ok(r) => r,
         Err(e) => {
             let message =
@@ -94,7 +103,6 @@ pub fn scan_source(
             ));
         }
     }
-    let policy = Policy::from_config(cfg);
     let findings = judge(
         &events,
         &policy,

@@ -237,3 +237,37 @@ test_plugin_binary_matches_this_slurm() {
     have=$(python3 -c 'import ctypes,sys; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); l=ctypes.CDLL(sys.argv[2]); print(hex(ctypes.c_uint.in_dll(l, "plugin_version").value))' "$lib" "$so" 2>&1)
     assert_eq "$have" "$want" "plugin_version is slurm_version.h's SLURM_VERSION_NUMBER"
 }
+
+# 11. Near out of memory at the end of a step: the job's user is told once
+#     per step and node (not once per task), in the step's own output, with
+#     the GPUs' figures and the remedies, in warn and strict mode; nothing
+#     in off mode, on a healthy node, or for GPUs outside the step. The
+#     scenario's processes start 2 s before each query: the steps run 3 s.
+test_near_oom_told_at_step_end() {
+    GH_FOCUS="n1 n2"
+    local sc=$GH_DIR/near-oom-2s.json notice='came near out of GPU memory'
+    python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+for g in s["gpus"]:
+    for p in g.get("accounting", {}).get("processes", []):
+        p["started_ms_ago"] = 2000
+json.dump(s, open(sys.argv[2], "w"))' "$GH_SCENARIO_DIR/h100x8-near-oom.json" "$sc"
+    gh_set_scenario n1 "$sc"
+    run_capture srun -N2 -w n1,n2 --ntasks-per-node=2 --gres=gpu:8 sleep 3
+    assert_eq "$RC" 0 "a 2-node step on the near-OOM n1 and the healthy n2 exits 0"
+    assert_eq "$(grep -c "$notice" <<<"$OUT")" 1 "one notice: n1's, once for its two tasks"
+    assert_match "$OUT" "gpu-health: step [0-9]+\.0 $notice on n1 " "the notice names the step and the node"
+    assert_contains "$OUT" "GPU1 peaked at 77.3 of 79.6 GiB (97%), GPU6 peaked at 77.3 of 79.6 GiB (97%)" "with the figures of the GPUs that came near"
+    assert_contains "$OUT" "cheapest first: BF16/FP16 mixed precision, gradient checkpointing" "and what to try"
+    assert_not_contains "$OUT" "pid" "no process of the node is named to the user"
+    assert_contains "$(gh_cat "$(gh_gpu_health_log n1)")" "$notice" "the admin's log has it too"
+    run_capture srun -w n1 --gres=gpu:8 --gpu-health=strict sleep 3
+    assert_contains "$OUT" "$notice on n1" "strict mode tells it as well"
+    run_capture srun -w n1 --gres=gpu:8 --gpu-health=off sleep 3
+    assert_not_contains "$OUT" "$notice" "off mode does not"
+    run_capture srun -w n1 --gres=gpu:1 sleep 3
+    assert_not_contains "$OUT" "$notice" "a step on GPU0 alone (not near) is not told about GPU1 and GPU6"
+    gh_sbatch_wait 60 -w n1 --gres=gpu:8 --wrap 'sleep 3'
+    assert_contains "$(gh_cat "$(gh_job_out "$GH_JOB")")" "gpu-health: step $GH_JOB.batch $notice on n1" "a batch step's notice is in the job's output file"
+}

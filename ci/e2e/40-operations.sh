@@ -251,3 +251,43 @@ escalate_window_hours = 1"
     assert_eq "$(gh_node_state n1)" idle "n1 is idle again"
     assert_eq "$(gh_cat "$GH_DIR/n1/state/returns.json")" "" "and the count starts over"
 }
+
+# 9. A job's peak power is sampled by the health checks while it runs:
+#    n1's GPU0 draws 650 W for 7 s in the middle of a 14 s job and idles at
+#    its start and end (the Prolog's and Epilog's samples); the record's
+#    peak is the health check's 650 W, above the job's mean.
+test_peak_power_sampled_during_the_job() {
+    GH_FOCUS="n1"
+    health_check_on
+    local hot=$GH_DIR/hot-gpu0.json job out check
+    python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["gpus"][0].setdefault("power", {})["draw_mw"] = 650000
+json.dump(s, open(sys.argv[2], "w"))' "$GH_SCENARIO_DIR/h100x8-healthy.json" "$hot"
+    job=$(gh_sbatch -w n1 --gres=gpu:8 --wrap 'sleep 14')
+    gh_wait_job_state "$job" RUNNING 30 || true
+    sleep 2
+    gh_set_scenario n1 "$hot"
+    sleep 7
+    gh_set_scenario n1 h100x8-healthy
+    gh_wait_job_state "$job" COMPLETED 40 || true
+    local deadline=$((SECONDS + 20))
+    while ((SECONDS < deadline)); do
+        out=$(GPU_HEALTH_CONFIG=$GH_DIR/etc/gpu-health.toml "$GH_BIN_DIR/gpu-health" report --job "$job" --json 2>/dev/null) || out=""
+        [[ $out == *peak_power_w* ]] && break
+        sleep 0.5
+    done
+    check=$(printf '%s' "$out" | python3 -c '
+import json, sys
+j = json.load(sys.stdin)[0]
+g0 = [g for g in j["gpus"] if g["index"] == 0][0]
+bad = []
+if g0.get("peak_power_w") != 650.0: bad.append("GPU0 peak %s" % g0.get("peak_power_w"))
+if (g0.get("power_samples") or 0) < 3: bad.append("GPU0 samples %s" % g0.get("power_samples"))
+if not g0["mean_power_w"] < 650.0: bad.append("GPU0 mean %s" % g0["mean_power_w"])
+if not (j.get("peak_power_w") or 0) >= 650.0: bad.append("job peak %s" % j.get("peak_power_w"))
+print("; ".join(bad) or "ok")' 2>&1)
+    assert_eq "$check" ok "job $job: GPU0's sampled peak is 650 W (prolog, health checks, epilog), above its mean"
+    assert_eq "$(compgen -G "$GH_DIR/n1/state/jobs/$job.*" || true)" "" "n1 removed the job's files, its power samples too"
+}

@@ -24,6 +24,15 @@ struct GpuLine<'a> {
     uuid: Option<&'a str>,
     pci: Option<&'a str>,
     lost: bool,
+    /// The values nvidia-smi, gpustat and nvitop also show (the NVML
+    /// stand-in's test compares them).
+    memory_total_bytes: Option<u64>,
+    memory_used_bytes: Option<u64>,
+    temperature_c: Option<u32>,
+    power_usage_mw: Option<u32>,
+    power_limit_mw: Option<u32>,
+    fan_speed_pct: Option<u32>,
+    persistence_mode: Option<bool>,
 }
 
 const USAGE: &str = "usage: gpu-health check [--json | --npd]";
@@ -77,6 +86,13 @@ pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
                 uuid: g.uuid.as_deref(),
                 pci: g.pci_bus_id.as_deref(),
                 lost: g.lost,
+                memory_total_bytes: g.memory_total_bytes,
+                memory_used_bytes: g.memory_used_bytes,
+                temperature_c: g.temperature_c,
+                power_usage_mw: g.power_usage_mw,
+                power_limit_mw: g.power_limit_mw,
+                fan_speed_pct: g.fan_speed_pct,
+                persistence_mode: g.persistence_mode,
             })
             .collect(),
         findings: &check.findings,

@@ -6,6 +6,7 @@ mod health;
 mod nccl_env;
 mod report;
 mod resume;
+mod step_end;
 mod watch;
 mod xids;
 
@@ -30,6 +31,8 @@ commands:
                             per-job GPU energy, peak memory, health deltas
   health-check              the HealthCheckProgram run: checks, drains, automatic return
   resume NODE [--force]     on NODE itself: re-run the checks, resume a gpu-health drain if clean
+  step-end --gpus LIST --since-ms MS
+                            (run by the SPANK plugin) the step's GPUs that came near out of memory
   help, --help              this text (also: gpu-health <command> --help)
   --version                 the version
 
@@ -93,6 +96,7 @@ fn dispatch(mut parser: lexopt::Parser) -> Result<i32, lexopt::Error> {
         "watch" => watch::run(&rest, start),
         "health-check" => health::run(&rest, start),
         "resume" => resume::run(&rest, start),
+        "step-end" => step_end::run(&rest),
         "help" => {
             print!("{USAGE}");
             0

@@ -159,11 +159,12 @@ pub fn run(args: &[String], cfg: &Config) -> i32 {
 
 /// `--power`: the table to stdout, the chart to `--svg`.
 fn power_report(dir: &Path, args: &Args, cfg: &Config) -> i32 {
-    let read = records::read_jobs::<power::NodeEnergies>(dir, &args.filter);
+    let read = records::read_energies(dir, &args.filter);
     for e in &read.errors {
         eprintln!("gpu-health report: {}", Term(e));
     }
-    let (r, left_out) = power::report(&read.jobs, &cfg.power.racks);
+    warn_malformed(read.malformed, dir, filter_narrows(&args.filter));
+    let (r, left_out) = power::report(&read, &cfg.power.racks);
     let mut out = BufWriter::new(io::stdout().lock());
     if let Err(e) = power::write_table(&mut out, &r, left_out).and_then(|()| out.flush()) {
         if e.kind() != io::ErrorKind::BrokenPipe {
@@ -180,6 +181,29 @@ fn power_report(dir: &Path, args: &Args, cfg: &Config) -> i32 {
     0
 }
 
+/// Whether lines are checked for the filter's job or user before they are
+/// parsed.
+fn filter_narrows(filter: &ReportFilter) -> bool {
+    filter.job.is_some() || filter.user.is_some()
+}
+
+/// Says how many lines were not records. `prechecked`: lines that cannot
+/// matter to the report were not parsed at all, so not counted.
+fn warn_malformed(malformed: usize, dir: &Path, prechecked: bool) {
+    if malformed == 0 {
+        return;
+    }
+    let checked = if prechecked {
+        " (of the lines that could match)"
+    } else {
+        ""
+    };
+    eprintln!(
+        "gpu-health report: skipped {malformed} malformed line(s) in {}{checked}",
+        dir.display()
+    );
+}
+
 /// Reads the jobs, writes them with `write` to stdout; the exit status.
 fn report<G: GpuSink>(
     dir: &Path,
@@ -190,19 +214,11 @@ fn report<G: GpuSink>(
     for e in &read.errors {
         eprintln!("gpu-health report: {}", Term(e));
     }
-    if read.malformed > 0 {
-        // Lines that cannot hold the job or user are not parsed at all.
-        let checked = if filter.job.is_some() || filter.user.is_some() {
-            " (of the lines that could match the filter)"
-        } else {
-            ""
-        };
-        eprintln!(
-            "gpu-health report: skipped {} malformed line(s) in {}{checked}",
-            read.malformed,
-            dir.display()
-        );
-    }
+    warn_malformed(
+        read.malformed,
+        dir,
+        filter_narrows(filter) || G::ONLY_NEAR_OOM,
+    );
     let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
     match write(&mut out, &read.jobs).and_then(|()| out.flush()) {
         Ok(()) => {}
@@ -265,12 +281,13 @@ impl GpuSink for TableGpus {
             // Writing to a String cannot fail.
             let _ = write!(
                 out.lines,
-                "    {} GPU{} {}  {} J  {} W  peak {}",
+                "    {} GPU{} {}  {} J  {} W (max {} W)  peak {}",
                 Term(node),
                 r.index,
                 Term(r.pci.as_deref().unwrap_or("-")),
                 Fixed(r.energy_j, 1),
                 Fixed(r.mean_power_w, 1),
+                Fixed(r.peak_power_w, 1),
                 Gib(r.peak_memory_bytes, pct)
             );
             for why in [&r.energy_absent_reason, &r.peak_memory_absent_reason]
@@ -406,7 +423,7 @@ fn write_table(out: &mut dyn Write, jobs: &[JobSummary<TableGpus>]) -> io::Resul
     }
     writeln!(
         out,
-        "{:<12} {:<10} {:>5} {:>4} {:>12} {:>9} {:>8} {:>18} {:>9} {:>5} {:>6} {:>6} {:>4}",
+        "{:<12} {:<10} {:>5} {:>4} {:>12} {:>9} {:>8} {:>8} {:>18} {:>9} {:>5} {:>6} {:>6} {:>4}",
         "JOB",
         "USER",
         "NODES",
@@ -414,6 +431,7 @@ fn write_table(out: &mut dyn Write, jobs: &[JobSummary<TableGpus>]) -> io::Resul
         "ENERGY_J",
         "KWH",
         "MEAN_W",
+        "PEAK_W",
         "PEAK_MEM",
         "ECC_C/U",
         "REMAP",
@@ -424,7 +442,7 @@ fn write_table(out: &mut dyn Write, jobs: &[JobSummary<TableGpus>]) -> io::Resul
     for j in jobs {
         writeln!(
             out,
-            "{:<12} {:<10} {:>5} {:>4} {:>12} {:>9} {:>8} {:>18} {:>9} {:>5} {:>6} {:>6} {:>4}",
+            "{:<12} {:<10} {:>5} {:>4} {:>12} {:>9} {:>8} {:>8} {:>18} {:>9} {:>5} {:>6} {:>6} {:>4}",
             Term(&j.job_id),
             Term(j.user.as_deref().unwrap_or("-")),
             j.nodes.len(),
@@ -432,6 +450,7 @@ fn write_table(out: &mut dyn Write, jobs: &[JobSummary<TableGpus>]) -> io::Resul
             Fixed(j.energy_j, 1),
             Fixed(j.energy_kwh, 4),
             Fixed(j.mean_power_w, 1),
+            Fixed(j.peak_power_w, 1),
             Gib(j.peak_memory_bytes, j.peak_memory_pct),
             format!("{}/{}", j.ecc_corrected_delta, j.ecc_uncorrected_delta),
             j.remapped_correctable_delta + j.remapped_uncorrectable_delta,
@@ -472,7 +491,7 @@ fn csv_field(s: &str) -> String {
 fn write_csv(out: &mut dyn Write, jobs: &[JobSummary<GpuCount>]) -> io::Result<()> {
     out.write_all(
         b"job_id,user,partition,nodes,gpus,start,end,duration_s,energy_j,energy_kwh,gpus_without_energy,\
-         mean_power_w,peak_memory_bytes,peak_memory_pct,ecc_corrected_delta,ecc_uncorrected_delta,\
+         mean_power_w,peak_power_w,peak_memory_bytes,peak_memory_pct,ecc_corrected_delta,ecc_uncorrected_delta,\
          remapped_correctable_delta,remapped_uncorrectable_delta,nvlink_errors_delta,pcie_replay_delta,\
          xid_events,drained\n",
     )?;
@@ -490,6 +509,7 @@ fn write_csv(out: &mut dyn Write, jobs: &[JobSummary<GpuCount>]) -> io::Result<(
             opt(j.energy_kwh),
             j.gpus_without_energy.to_string(),
             opt(j.mean_power_w),
+            opt(j.peak_power_w),
             opt(j.peak_memory_bytes),
             opt(j.peak_memory_pct.map(|p| format!("{p:.2}"))),
             j.ecc_corrected_delta.to_string(),

@@ -52,6 +52,10 @@ fn record(job: u64, n: u64, seq: u64) -> JobRecord {
             near_oom: false,
             gpu_utilization_pct: None,
             memory_utilization_pct: None,
+            peak_power_w: None,
+            power_samples: None,
+            power_throttled_s: None,
+            thermal_throttled_s: None,
             ecc_corrected_delta: Some(seq % 2),
             ecc_uncorrected_delta: Some(0),
             remapped_correctable_delta: Some(0),
@@ -80,6 +84,7 @@ fn record(job: u64, n: u64, seq: u64) -> JobRecord {
         xids_absent_reason: None,
         drained: None,
         drain_failed: None,
+        peak_power_w: None,
     }
 }
 

@@ -91,6 +91,13 @@ pub struct GpuSnapshot {
     pub nvlinks: Vec<NvLinkState>,
     /// NVML clock-event (throttle) reason bit mask.
     pub throttle_reasons: Option<u64>,
+    /// Nanoseconds since the driver was loaded that the power policy (and
+    /// the thermal one) held the clocks below what was asked
+    /// (`nvmlDeviceGetViolationStatus`); `None` where not supported.
+    #[serde(default)]
+    pub power_violation_ns: Option<u64>,
+    #[serde(default)]
+    pub thermal_violation_ns: Option<u64>,
     pub persistence_mode: Option<bool>,
     pub accounting_mode: Option<bool>,
     pub accounted_processes: Vec<AccountedProcess>,

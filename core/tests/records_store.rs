@@ -41,6 +41,7 @@ fn record(job: &str, node: &str, end_ms: u64) -> JobRecord {
         xids_absent_reason: None,
         drained: None,
         drain_failed: None,
+        peak_power_w: None,
     }
 }
 

@@ -143,7 +143,9 @@ fn draw_w(s: &Value, gpu: usize) -> f64 {
 
 #[test]
 fn energy_and_peak_memory_of_a_job() {
-    let s = healthy(200);
+    let mut s = healthy(200);
+    // GPU5's clocks are held down by its power limit a quarter of the time.
+    s["gpus"][5]["violation"] = serde_json::json!({ "power_share": 0.25, "thermal_share": 0.0 });
     let node = Node::new(&s, "");
     node.prolog("101", "2,5");
     assert!(node.path("state/jobs/101.start.json").exists());
@@ -189,6 +191,14 @@ fn energy_and_peak_memory_of_a_job() {
         );
         assert_eq!(g["ecc_uncorrected_delta"], 0);
         assert_eq!(g["pcie_replay_delta"], 0);
+        // Clock-throttle time: the violation counters' difference.
+        let share = if idx == 5 { 0.25 } else { 0.0 };
+        let throttled = g["power_throttled_s"].as_f64().unwrap();
+        assert!(
+            (throttled - share * duration).abs() <= 0.05 * duration,
+            "GPU{idx}: {throttled} s power-throttled of {duration} s"
+        );
+        assert_eq!(g["thermal_throttled_s"].as_f64(), Some(0.0));
     }
     assert_eq!(r["xids"].as_array().unwrap().len(), 0);
     assert_eq!(r["xids_absent_reason"], Value::Null);
@@ -422,5 +432,49 @@ fn near_oom_gpus_are_flagged_and_reported() {
     assert!(
         text.contains("4. a smaller micro-batch with gradient accumulation"),
         "{text}"
+    );
+}
+
+/// The job's peak power is the highest sample: the prolog's, each health
+/// check's while the job runs, the epilog's. Here a health check sees
+/// GPU0 at 650 W between a prolog and an epilog that see it idle.
+#[test]
+fn peak_power_is_sampled_at_the_health_checks() {
+    let mut s = healthy(200);
+    let node = Node::new(&s, "");
+    node.prolog("102", "0,1");
+    let idle = |s: &Value, g: usize| draw_w(s, g);
+    let (idle0, idle1) = (idle(&s, 0), idle(&s, 1));
+    s["gpus"][0]["power"]["draw_mw"] = 650_000.into();
+    node.set_scenario(&s);
+    let check = node
+        .command(&built().0, "102", "0,1")
+        .env_remove("SLURM_JOB_ID")
+        .arg("--health-check")
+        .output()
+        .unwrap();
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "health check: {}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(node.path("state/jobs/102.power.json").exists());
+    s["gpus"][0]["power"]["draw_mw"] = ((idle0 * 1000.0) as u64).into();
+    node.set_scenario(&s);
+    node.epilog("102", "0,1");
+    let r = &node.records()[0];
+    let g0 = &r["gpus"][0];
+    assert_eq!(g0["peak_power_w"].as_f64(), Some(650.0), "{g0}");
+    assert_eq!(g0["power_samples"], 3, "prolog, health check, epilog");
+    assert_eq!(r["gpus"][1]["peak_power_w"].as_f64(), Some(idle1));
+    assert_eq!(
+        r["peak_power_w"].as_f64(),
+        Some(650.0 + idle1),
+        "both GPUs at the health check's sample"
+    );
+    assert!(
+        !node.path("state/jobs/102.power.json").exists(),
+        "the epilog removes the samples"
     );
 }

@@ -177,6 +177,66 @@ pub struct NvmlFieldValue {
     pub value: NvmlValue,
 }
 
+/// `nvmlPerfPolicyType_t` values nvml.h defines.
+pub const NVML_PERF_POLICY_POWER: c_uint = 0;
+pub const NVML_PERF_POLICY_THERMAL: c_uint = 1;
+pub const NVML_PERF_POLICIES: &[c_uint] = &[0, 1, 2, 3, 4, 5, 10, 11];
+
+/// `nvmlViolationTime_t`.
+#[repr(C)]
+pub struct NvmlViolationTime {
+    /// CPU timestamp, µs.
+    pub reference_time: c_ulonglong,
+    /// Time the clocks were held down, ns.
+    pub violation_time: c_ulonglong,
+}
+
+/// `nvmlUtilization_t`.
+#[repr(C)]
+pub struct NvmlUtilization {
+    pub gpu: c_uint,
+    pub memory: c_uint,
+}
+
+/// `nvmlProcessInfo_v1_t`, the unversioned functions' entry.
+#[repr(C)]
+pub struct NvmlProcessInfoV1 {
+    pub pid: c_uint,
+    pub used_gpu_memory: c_ulonglong,
+}
+
+/// `nvmlProcessInfo_v2_t`, also the `_v3` functions' entry
+/// (`nvmlProcessInfo_t`).
+#[repr(C)]
+pub struct NvmlProcessInfoV2 {
+    pub pid: c_uint,
+    pub used_gpu_memory: c_ulonglong,
+    pub gpu_instance_id: c_uint,
+    pub compute_instance_id: c_uint,
+}
+
+/// `nvmlProcessUtilizationSample_t`.
+#[repr(C)]
+pub struct NvmlProcessUtilizationSample {
+    pub pid: c_uint,
+    pub time_stamp: c_ulonglong,
+    pub sm_util: c_uint,
+    pub mem_util: c_uint,
+    pub enc_util: c_uint,
+    pub dec_util: c_uint,
+}
+
+/// `gpuInstanceId` / `computeInstanceId` of a process on a GPU without MIG.
+pub const NVML_NO_INSTANCE: c_uint = 0xFFFF_FFFF;
+/// `nvmlClockType_t`: graphics, SM, memory, video.
+pub const NVML_CLOCK_GRAPHICS: c_uint = 0;
+pub const NVML_CLOCK_SM: c_uint = 1;
+pub const NVML_CLOCK_MEM: c_uint = 2;
+pub const NVML_CLOCK_VIDEO: c_uint = 3;
+/// `nvmlPcieUtilCounter_t`.
+pub const NVML_PCIE_UTIL_TX_BYTES: c_uint = 0;
+pub const NVML_PCIE_UTIL_RX_BYTES: c_uint = 1;
+
 /// `nvmlAccountingStats_t`.
 #[repr(C)]
 pub struct NvmlAccountingStats {
@@ -198,6 +258,11 @@ mod tests {
     fn struct_sizes_match_nvml_h() {
         assert_eq!(size_of::<NvmlPciInfo>(), 68);
         assert_eq!(size_of::<NvmlMemory>(), 24);
+        assert_eq!(size_of::<NvmlViolationTime>(), 16);
+        assert_eq!(size_of::<NvmlUtilization>(), 8);
+        assert_eq!(size_of::<NvmlProcessInfoV1>(), 16);
+        assert_eq!(size_of::<NvmlProcessInfoV2>(), 24);
+        assert_eq!(size_of::<NvmlProcessUtilizationSample>(), 32);
         assert_eq!(size_of::<NvmlMemoryV2>(), 40);
         assert_eq!(size_of::<NvmlFieldValue>(), 40);
         assert_eq!(size_of::<NvmlAccountingStats>(), 56);

@@ -23,6 +23,9 @@ pub(crate) struct State {
     pub args: Option<PluginArgs>,
     pub options: OptionValues,
     pub remote: Option<remote::StepSetup>,
+    /// Tasks of this step on this node that have exited (task_exit runs
+    /// in slurmstepd itself, once per task).
+    pub tasks_exited: u32,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
@@ -33,6 +36,7 @@ static STATE: Mutex<State> = Mutex::new(State {
         nccl_debug: None,
     },
     remote: None,
+    tasks_exited: 0,
 });
 
 fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> R {
@@ -180,5 +184,29 @@ pub extern "C" fn slurm_spank_task_init_privileged(
             Some(setup) => remote::check_task(&Spank::new(sp), &setup),
             None => 0,
         }
+    })
+}
+
+/// Once per task, in slurmstepd after the task has exited. The node's last
+/// task ends the step here: its messages still reach the step's output.
+#[no_mangle]
+pub extern "C" fn slurm_spank_task_exit(
+    sp: sys::spank_t,
+    _argc: c_int,
+    _argv: *mut *mut c_char,
+) -> c_int {
+    guarded("task_exit", 0, || {
+        let spank = Spank::new(sp);
+        let exited = with_state(|s| {
+            s.tasks_exited = s.tasks_exited.saturating_add(1);
+            s.tasks_exited
+        });
+        if exited != spank.local_task_count().unwrap_or(1) {
+            return 0;
+        }
+        if let Some(setup) = with_state(|s| s.remote.clone()) {
+            remote::end_step(&spank, &setup);
+        }
+        0
     })
 }

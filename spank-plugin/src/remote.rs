@@ -1,5 +1,8 @@
 //! Step side (slurmstepd): the NCCL environment in init_post_opt, the
-//! strict/warn and TP checks in task_init_privileged.
+//! strict/warn and TP checks in task_init_privileged, the near-OOM notice
+//! when the node's last task of the step has exited (task_exit: the one
+//! exit-time callback whose messages reach the step's output, for srun
+//! and batch steps alike; docs/spank.md).
 //!
 //! init_post_opt must always succeed (a failure there drains the node), so
 //! it only sets variables and remembers what the task callbacks need; the
@@ -9,7 +12,7 @@
 use std::os::raw::c_int;
 use std::path::{Path, PathBuf};
 
-use gpu_health_core::config::{self, Config};
+use gpu_health_core::config::{self, Config, StepEndConfig};
 use gpu_health_core::fabric::nccl::derive_nccl_env;
 use gpu_health_core::fabric::read_fabric;
 use gpu_health_core::ids::{self, JobId, NodeName};
@@ -37,6 +40,11 @@ pub struct StepSetup {
     pub state_dir: PathBuf,
     pub job_id: Option<JobId>,
     pub step_id: Option<u32>,
+    /// Unix ms of init_post_opt: the step's processes start after it.
+    pub started_ms: u64,
+    pub step_end: StepEndConfig,
+    /// plugstack.conf's `config=`, passed on to `gpu-health step-end`.
+    pub config_arg: Option<PathBuf>,
 }
 
 /// init_post_opt in slurmstepd. Never fails; the caller keeps what it
@@ -64,6 +72,9 @@ pub fn setup_step(spank: &Spank, values: &OptionValues, args: &PluginArgs) -> St
         state_dir: config.state_dir,
         job_id: spank.job_id().map(JobId::from),
         step_id: spank.step_id(),
+        started_ms: gpu_health_core::time::unix_ms(),
+        step_end: config.step_end,
+        config_arg: args.config.clone(),
     }
 }
 
@@ -237,4 +248,88 @@ fn global_ranks(spank: &Spank) -> Option<Vec<u32>> {
     (0..count)
         .map(|local| spank.local_to_global(local))
         .collect()
+}
+
+/// The extern step (`--gres` cgroup holder) runs no user code.
+const EXTERN_STEP_ID: u32 = 0xffff_fffc;
+const BATCH_STEP_ID: u32 = 0xffff_fffb;
+const INTERACTIVE_STEP_ID: u32 = 0xffff_fffa;
+/// A notice longer than this is cut (it is one line).
+const MAX_NOTICE_BYTES: usize = 2048;
+
+/// The step as its user names it: `12.0`, `12.batch`.
+fn step_name(job: JobId, step: u32) -> String {
+    match step {
+        BATCH_STEP_ID => format!("{job}.batch"),
+        INTERACTIVE_STEP_ID => format!("{job}.interactive"),
+        s => format!("{job}.{s}"),
+    }
+}
+
+/// task_exit of the node's last task: run `gpu-health step-end` (no
+/// shell, killed at `step_end.timeout_ms`) and pass its notice on to the
+/// step's output. Never fails the step: a problem is logged for the admin.
+pub fn end_step(spank: &Spank, setup: &StepSetup) {
+    let (Some(job_id), Some(step)) = (setup.job_id, setup.step_id) else {
+        return;
+    };
+    if setup.opts.mode == Mode::Off || !setup.step_end.near_oom_notice || step == EXTERN_STEP_ID {
+        return;
+    }
+    let gpus = step_gpus(spank, setup, job_id);
+    if gpus.is_empty() {
+        return;
+    }
+    let list: Vec<String> = gpus.iter().map(u32::to_string).collect();
+    let (name, since, job) = (
+        step_name(job_id, step),
+        setup.started_ms.to_string(),
+        job_id.to_string(),
+    );
+    let mut argv = vec![
+        "step-end",
+        "--gpus",
+        &list.join(","),
+        "--since-ms",
+        &since,
+        "--job",
+        &job,
+        "--step",
+        &name,
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .collect::<Vec<_>>();
+    if let Some(c) = &setup.config_arg {
+        argv.push("--config".into());
+        argv.push(c.display().to_string());
+    }
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let timeout = std::time::Duration::from_millis(setup.step_end.timeout_ms);
+    match gpu_health_core::process::run(&setup.step_end.program, &argv, timeout, MAX_NOTICE_BYTES) {
+        Ok(done) if done.status.success() => {
+            for line in done.stdout.lines().filter(|l| !l.trim().is_empty()).take(4) {
+                spank::error(&gpu_health_core::text::printable(line));
+            }
+        }
+        Ok(done) => spank::info(&format!(
+            "gpu-health: step-end of {name} exited with {}: {}",
+            done.status,
+            gpu_health_core::text::printable(done.stderr.trim())
+        )),
+        Err(e) => spank::info(&format!("gpu-health: no near-OOM notice for {name}: {e}")),
+    }
+}
+
+/// The step's GPUs on this node (node numbering): the step's own, else
+/// the job's.
+fn step_gpus(spank: &Spank, setup: &StepSetup, job_id: JobId) -> Vec<u32> {
+    let own = spank
+        .getenv("SLURM_STEP_GPUS")
+        .and_then(|s| gpu_health_core::verdict::parse_gpu_list(&s).ok())
+        .filter(|l| !l.is_empty());
+    own.unwrap_or_else(|| {
+        let state = StateDir::open_existing(&setup.state_dir);
+        job_gpus(&read_verdict(&state, job_id), |k| spank.getenv(k))
+    })
 }

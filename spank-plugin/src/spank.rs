@@ -221,6 +221,11 @@ pub fn error(msg: &str) {
     slurm_spank::spank_log(slurm_spank::LogLevel::Error, msg);
 }
 
+/// To slurmd's log only (not to the user's output).
+pub fn info(msg: &str) {
+    slurm_spank::spank_log(slurm_spank::LogLevel::Info, msg);
+}
+
 pub fn verbose(msg: &str) {
     slurm_spank::spank_log(slurm_spank::LogLevel::Verbose, msg);
 }

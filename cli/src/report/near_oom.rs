@@ -4,18 +4,10 @@
 
 use std::io::{self, Write};
 
-use gpu_health_core::records::{memory_pct, GpuRecord, GpuSink, JobSummary};
+use gpu_health_core::records::{memory_pct, GpuRecord, GpuSink, JobSummary, REMEDIES};
 use serde_json::{json, Value};
 
 use super::{Gib, Term};
-
-/// What to try, in the order that costs the least.
-pub const REMEDIES: &[&str] = &[
-    "BF16/FP16 mixed precision (activations and gradients take half the memory)",
-    "gradient (activation) checkpointing: recompute activations in the backward pass instead of keeping them",
-    "DeepSpeed ZeRO stage 2/3 (or FSDP), with optimizer state offloaded to CPU memory",
-    "a smaller micro-batch with gradient accumulation (the same global batch in more steps)",
-];
 
 /// One flagged GPU.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +25,7 @@ pub struct NearOomGpus(pub Vec<NearOomGpu>);
 
 impl GpuSink for NearOomGpus {
     type Part = Vec<NearOomGpu>;
+    const ONLY_NEAR_OOM: bool = true;
 
     fn part(node: &str, gpus: Vec<GpuRecord>) -> Vec<NearOomGpu> {
         gpus.into_iter()

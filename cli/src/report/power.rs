@@ -6,61 +6,15 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use gpu_health_core::config::RackConfig;
-use gpu_health_core::records::power::{power_report, JobEnergy, PowerReport, RackPower};
-use gpu_health_core::records::{GpuRecord, GpuSink, JobSummary};
+use gpu_health_core::records::power::{power_report, PowerReport, RackPower};
+use gpu_health_core::records::ReadEnergies;
 use gpu_health_core::time::format_utc_ms;
 
 use super::Term;
 
-/// Each node's GPU energy of a job (`None` when no GPU had a figure).
-#[derive(Debug, Default)]
-pub struct NodeEnergies(pub Vec<(String, Option<f64>)>);
-
-impl GpuSink for NodeEnergies {
-    type Part = (String, Option<f64>);
-
-    fn part(node: &str, gpus: Vec<GpuRecord>) -> Self::Part {
-        let figures: Vec<f64> = gpus.iter().filter_map(|g| g.energy_j).collect();
-        (
-            node.to_string(),
-            (!figures.is_empty()).then(|| figures.iter().sum()),
-        )
-    }
-
-    fn append(&mut self, part: Self::Part) {
-        self.0.push(part);
-    }
-
-    fn count(&self) -> usize {
-        self.0.len()
-    }
-}
-
-/// The jobs' energies per node; jobs without a start or an energy figure
-/// are counted apart (they cannot be placed in time or have nothing).
-pub fn energies(jobs: &[JobSummary<NodeEnergies>]) -> (Vec<JobEnergy>, usize) {
-    let mut out = Vec::new();
-    let mut left_out = 0;
-    for j in jobs {
-        for (node, energy) in &j.gpus.0 {
-            match (j.start_ms, energy) {
-                (Some(start_ms), Some(e)) => out.push(JobEnergy {
-                    job_id: j.job_id.clone(),
-                    node: node.clone(),
-                    start_ms,
-                    end_ms: j.end_ms,
-                    energy_j: *e,
-                }),
-                _ => left_out += 1,
-            }
-        }
-    }
-    (out, left_out)
-}
-
-pub fn report(jobs: &[JobSummary<NodeEnergies>], racks: &[RackConfig]) -> (PowerReport, usize) {
-    let (e, left_out) = energies(jobs);
-    (power_report(&e, racks), left_out)
+/// The figures of what `--power` read.
+pub fn report(read: &ReadEnergies, racks: &[RackConfig]) -> (PowerReport, usize) {
+    (power_report(&read.energies, racks), read.left_out)
 }
 
 fn hour(ms: u64) -> String {
@@ -73,19 +27,21 @@ pub fn write_table(out: &mut dyn Write, r: &PowerReport, left_out: usize) -> io:
     }
     writeln!(
         out,
-        "{:<14} {:>5} {:>11} {:>9} {:>12}  PEAK_HOUR",
-        "NODE", "JOBS", "ENERGY_KWH", "MEAN_W", "PEAK_HOUR_W"
+        "{:<14} {:>5} {:>11} {:>9} {:>12}  {:<18} {:>10}",
+        "NODE", "JOBS", "ENERGY_KWH", "MEAN_W", "PEAK_HOUR_W", "PEAK_HOUR", "PEAK_JOB_W"
     )?;
     for n in &r.nodes {
+        let peak_job = n.peak_job_w.map_or("-".into(), |w| format!("{w:.1}"));
         writeln!(
             out,
-            "{:<14} {:>5} {:>11.3} {:>9.1} {:>12.1}  {}",
+            "{:<14} {:>5} {:>11.3} {:>9.1} {:>12.1}  {:<18} {:>10}",
             Term(&n.node),
             n.jobs,
             n.energy_kwh,
             n.mean_w,
             n.peak_hour_w,
-            hour(n.peak_hour_ms)
+            hour(n.peak_hour_ms),
+            peak_job
         )?;
     }
     if !r.racks.is_empty() {
@@ -131,7 +87,8 @@ pub fn write_table(out: &mut dyn Write, r: &PowerReport, left_out: usize) -> io:
             "({left_out} node records without a start time or an energy figure left out)"
         )?;
     }
-    writeln!(out, "(hourly figures are means over the hour: GPUs from their energy counters, plus each rack's node_overhead_w)")
+    writeln!(out, "(hourly figures are means over the hour: GPUs from their energy counters, plus each rack's node_overhead_w)")?;
+    writeln!(out, "(PEAK_JOB_W: the highest power one job's GPUs on the node drew together at a sample: job start, each health check, job end)")
 }
 
 /// One panel per rack: its hourly power as a line, its budget dashed.

@@ -129,6 +129,7 @@ fn record(job: &str, node: &str) -> JobRecord {
         xids_absent_reason: None,
         drained: None,
         drain_failed: None,
+        peak_power_w: None,
     }
 }
 
@@ -242,10 +243,22 @@ fn power_per_node_and_rack_with_the_hours_over_budget_and_a_chart() {
             .collect();
         r
     };
-    let records = [job("7", "gpu001"), job("7", "gpu002"), job("8", "gpu003")];
-    let mut s = records::Summarizer::<power::NodeEnergies>::new();
-    records.iter().for_each(|r| _ = s.add(r.clone()));
-    let jobs = s.finish(&ReportFilter::default());
+    // Job 7's gpu002 record is there twice (spooled and written again):
+    // it counts once.
+    let records = [
+        job("7", "gpu001"),
+        job("7", "gpu002"),
+        job("7", "gpu002"),
+        job("8", "gpu003"),
+    ];
+    let records_dir = tempfile::tempdir().unwrap();
+    let lines: String = records
+        .iter()
+        .map(|r| r.to_line().unwrap() + "\n")
+        .collect();
+    std::fs::write(records_dir.path().join("jobs.jsonl"), lines).unwrap();
+    let read = records::read_energies(records_dir.path(), &ReportFilter::default());
+    assert_eq!((read.energies.len(), read.malformed), (3, 0));
     let rack = gpu_health_core::config::RackConfig {
         name: "r01".into(),
         nodes: vec!["gpu[001-002]".into()],
@@ -253,7 +266,7 @@ fn power_per_node_and_rack_with_the_hours_over_budget_and_a_chart() {
         cooling_kw: 12.0,
         node_overhead_w: 1500.0,
     };
-    let (r, left_out) = power::report(&jobs, &[rack]);
+    let (r, left_out) = power::report(&read, &[rack]);
     assert_eq!(left_out, 0);
     let mut out = Vec::new();
     power::write_table(&mut out, &r, left_out).unwrap();

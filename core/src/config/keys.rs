@@ -43,6 +43,7 @@ pub const RANGES: &[KeyRange] = &[
     range("dcgm.timeout_ms", 1.0, 600_000.0),
     range("rdma.expected_count", 0.0, 64.0),
     range("rdma.expected_rate_gbps", 1.0, 10_000.0),
+    range("step_end.timeout_ms", 200.0, 60_000.0),
 ];
 
 /// The range of `key`, when it has one.

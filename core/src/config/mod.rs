@@ -24,6 +24,7 @@ pub use load::{
 pub use power::{expand as expand_node_range, PowerConfig, RackConfig};
 pub use sections::{
     parse_port_name, BrakeConfig, BrakeScope, DcgmConfig, PortAction, RdmaConfig, RecoveryConfig,
+    StepEndConfig,
 };
 pub use xid::{CodeKey, PolicyAction, XidConfig, XidRule};
 
@@ -81,6 +82,8 @@ pub struct Config {
     pub rdma: RdmaConfig,
     /// Racks for `gpu-health report --power`.
     pub power: PowerConfig,
+    /// The SPANK plugin's work at the end of a step.
+    pub step_end: StepEndConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -135,6 +138,7 @@ impl Default for Config {
             dcgm: DcgmConfig::default(),
             rdma: RdmaConfig::default(),
             power: PowerConfig::default(),
+            step_end: StepEndConfig::default(),
         }
     }
 }
@@ -183,6 +187,7 @@ impl Config {
         self.recovery.validate()?;
         self.dcgm.validate()?;
         self.rdma.validate()?;
+        self.step_end.validate()?;
         self.power.validate()
     }
 }

@@ -1,5 +1,5 @@
 //! The operations sections of gpu-health.toml: `[brake]`, `[recovery]`,
-//! `[dcgm]` and `[rdma]`. Plain settings; what they do lives in `ops`.
+//! `[dcgm]`, `[rdma]` and `[step_end]`. Plain settings; what they do lives in `ops`.
 
 use std::path::PathBuf;
 
@@ -205,4 +205,34 @@ pub fn parse_port_name(s: &str) -> Option<(&str, u32)> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
     Some((dev, port.parse().ok()?)).filter(|_| ok)
+}
+
+/// `[step_end]`: what the SPANK plugin does when a step's tasks on a node
+/// have ended (in warn and strict mode).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StepEndConfig {
+    /// Tell the job's user which GPUs came near out of memory during the
+    /// step (`thresholds.near_oom_share`), in the step's own output.
+    pub near_oom_notice: bool,
+    /// The admin command the plugin runs for it (`gpu-health step-end`).
+    pub program: PathBuf,
+    /// It is killed after this long; the step's end waits at most this.
+    pub timeout_ms: u64,
+}
+
+impl Default for StepEndConfig {
+    fn default() -> Self {
+        StepEndConfig {
+            near_oom_notice: true,
+            program: PathBuf::from("/usr/sbin/gpu-health"),
+            timeout_ms: 5_000,
+        }
+    }
+}
+
+impl StepEndConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        check("step_end.timeout_ms", self.timeout_ms as f64)
+    }
 }

@@ -8,7 +8,7 @@ use std::ffi::OsStr;
 use std::path::Path;
 
 use nvml_wrapper::enum_wrappers::device::{
-    EccCounter, MemoryError, P2pCapabilitiesIndex, P2pStatus, TemperatureSensor,
+    EccCounter, MemoryError, P2pCapabilitiesIndex, P2pStatus, PerformancePolicy, TemperatureSensor,
 };
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::enums::device::SampleValue;
@@ -205,6 +205,18 @@ fn probe_device(dev: &mut Device<'_>, index: u32, opts: ProbeOptions) -> GpuSnap
         throttle_reasons: r
             .get("clock events", dev.current_throttle_reasons())
             .map(|t| t.bits()),
+        power_violation_ns: r
+            .get(
+                "power violation",
+                dev.violation_status(PerformancePolicy::Power),
+            )
+            .map(|v| v.violation_time),
+        thermal_violation_ns: r
+            .get(
+                "thermal violation",
+                dev.violation_status(PerformancePolicy::Thermal),
+            )
+            .map(|v| v.violation_time),
         persistence_mode: r.get("persistence", dev.is_in_persistent_mode()),
         accounting_mode,
         accounted_processes,

@@ -5,6 +5,7 @@ use crate::finding::{Action, Finding};
 use crate::ids::{JobId, NodeName};
 use crate::snapshot::{AccountedProcess, GpuSnapshot, NodeSnapshot, NvmlFailure};
 
+use super::job_power::{GpuPeak, PowerPeaks};
 use super::record::{GpuRecord, JobRecord, RECORD_VERSION};
 use super::start::{nvlink_error_total, GpuCounters, JobStart};
 use crate::xid::XidEvent;
@@ -47,6 +48,8 @@ pub struct JobEnd<'a> {
     pub snapshot: &'a NodeSnapshot,
     /// Xid events on the job's GPUs, or why they are unknown.
     pub xids: Result<Vec<XidEvent>, String>,
+    /// The power samples the health checks took during the job.
+    pub power_peaks: Option<&'a PowerPeaks>,
 }
 
 /// Why there is no start snapshot, for the record.
@@ -83,9 +86,11 @@ pub fn build_record(start: Result<&JobStart, String>, end: JobEnd<'_>) -> JobRec
                 end.snapshot,
                 nvml_error.as_deref(),
                 end.end_ms,
+                end.power_peaks,
             )
         })
         .collect();
+    let peak_power_w = node_peak_power(&start, end.snapshot, end.job_gpus, end.power_peaks);
     let (xids, xids_absent_reason) = match end.xids {
         Ok(x) => (x, None),
         Err(why) => (Vec::new(), Some(why)),
@@ -109,6 +114,7 @@ pub fn build_record(start: Result<&JobStart, String>, end: JobEnd<'_>) -> JobRec
         xids_absent_reason,
         drained: None,
         drain_failed: None,
+        peak_power_w,
     }
 }
 
@@ -118,7 +124,7 @@ pub fn flag_near_oom(record: &mut JobRecord, share: f64) -> Vec<u32> {
     let mut flagged = Vec::new();
     for g in &mut record.gpus {
         if let (Some(peak), Some(total)) = (g.peak_memory_bytes, g.memory_total_bytes) {
-            if total > 0 && peak as f64 >= share * total as f64 {
+            if super::near_oom::is_near_oom(peak, total, share) {
                 g.near_oom = true;
                 flagged.push(g.index);
             }
@@ -134,6 +140,7 @@ fn gpu_record(
     end: &NodeSnapshot,
     nvml_error: Option<&str>,
     end_ms: u64,
+    peaks: Option<&PowerPeaks>,
 ) -> GpuRecord {
     let mut rec = GpuRecord {
         index,
@@ -182,6 +189,11 @@ fn gpu_record(
         }
         Err(why) => rec.energy_absent_reason = Some(why),
     }
+    (rec.peak_power_w, rec.power_samples) = peak_power(
+        b.power_mw,
+        peaks.and_then(|p| p.gpu(index)),
+        n.power_usage_mw,
+    );
     match peak_memory(b.accounting_mode, n, start.start_ms, end_ms) {
         Ok(p) => rec.peak_memory_bytes = Some(p),
         Err(why) => rec.peak_memory_absent_reason = Some(why),
@@ -197,6 +209,23 @@ fn gpu_record(
             }
         }
     };
+    // Not every board reports violations: no note where neither end did.
+    let secs = |ns: u64| (ns as f64 / 1e7).round() / 100.0;
+    let mut throttled = |what: &str, a: Option<u64>, z: Option<u64>| {
+        (a.is_some() || z.is_some())
+            .then(|| delta(what, a, z).map(secs))
+            .flatten()
+    };
+    rec.power_throttled_s = throttled(
+        "power violation",
+        b.power_violation_ns,
+        n.power_violation_ns,
+    );
+    rec.thermal_throttled_s = throttled(
+        "thermal violation",
+        b.thermal_violation_ns,
+        n.thermal_violation_ns,
+    );
     let (be, ne) = (b.ecc, n.ecc);
     let ecc_c = delta(
         "ecc corrected",
@@ -246,6 +275,66 @@ pub fn energy_j(start_mj: Option<u64>, end_mj: Option<u64>) -> Result<f64, Strin
         }
         (Some(a), Some(z)) => Ok((z - a) as f64 / 1000.0),
     }
+}
+
+/// The highest of the job's power samples (start, health checks, end) in
+/// W, and how many there were; `(None, None)` without any.
+pub fn peak_power(
+    start_mw: Option<u32>,
+    checks: Option<&GpuPeak>,
+    end_mw: Option<u32>,
+) -> (Option<f64>, Option<u32>) {
+    let mut samples = 0u32;
+    let mut max_mw: Option<u32> = None;
+    let mut add = |mw: u32, n: u32| {
+        samples = samples.saturating_add(n);
+        max_mw = Some(max_mw.map_or(mw, |m| m.max(mw)));
+    };
+    start_mw.into_iter().for_each(|mw| add(mw, 1));
+    checks.into_iter().for_each(|c| add(c.max_mw, c.samples));
+    end_mw.into_iter().for_each(|mw| add(mw, 1));
+    (
+        max_mw.map(|mw| f64::from(mw) / 1000.0),
+        max_mw.map(|_| samples),
+    )
+}
+
+/// The job's GPUs together at the sample that drew most: at start (the
+/// start snapshot), at the health checks, at end. A GPU not readable at a
+/// sample leaves that sample's sum short, never inflated.
+fn node_peak_power(
+    start: &Result<&JobStart, String>,
+    end: &NodeSnapshot,
+    job_gpus: &[u32],
+    checks: Option<&PowerPeaks>,
+) -> Option<f64> {
+    let mut peaks = PowerPeaks::default();
+    let sum = |mws: Vec<Option<u32>>| -> Option<u64> {
+        mws.into_iter()
+            .flatten()
+            .map(u64::from)
+            .reduce(|a, b| a + b)
+    };
+    if let Ok(s) = start {
+        let at_start = job_gpus
+            .iter()
+            .map(|&i| s.gpu(i).and_then(|g| g.power_mw))
+            .collect();
+        if let Some(mw) = sum(at_start) {
+            peaks.add_total(mw, s.taken_at_ms);
+        }
+    }
+    if let Some(t) = checks.and_then(|c| c.total) {
+        peaks.add_total(t.max_mw, t.at_ms);
+    }
+    let at_end = job_gpus
+        .iter()
+        .map(|&i| end.gpu_by_index(i).and_then(|g| g.power_usage_mw))
+        .collect();
+    if let Some(mw) = sum(at_end) {
+        peaks.add_total(mw, end.taken_at_ms);
+    }
+    peaks.total.map(|t| t.max_mw as f64 / 1000.0)
 }
 
 /// Mean power over the interval between the two counter readings.

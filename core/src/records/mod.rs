@@ -9,9 +9,12 @@
 //! [`read_jobs`]. Formats: docs/records.md.
 
 mod compute;
+mod job_power;
+mod near_oom;
 pub mod power;
 mod prometheus;
 mod read;
+mod read_energy;
 mod record;
 mod start;
 mod store;
@@ -19,7 +22,11 @@ mod summary;
 
 pub use compute::{
     build_record, counter_delta, delta_findings, describe_nvml_failure, during_job, energy_j,
-    flag_near_oom, mean_power_w, peak_memory, JobEnd, JobMeta, NO_START,
+    flag_near_oom, mean_power_w, peak_memory, peak_power, JobEnd, JobMeta, NO_START,
+};
+pub use job_power::{sample_running_jobs, GpuPeak, PowerPeaks, TotalPeak, PEAKS_VERSION};
+pub use near_oom::{
+    is_near_oom, near_oom_since, step_notice, NearOomGpu, REMEDIES, REMEDIES_SHORT,
 };
 pub use prometheus::{
     refresh_live as refresh_prometheus_live, render as render_prometheus,
@@ -28,6 +35,7 @@ pub use prometheus::{
 pub use read::{
     read_jobs, read_records, read_records_filtered, ReadJobs, ReadRecords, MAX_LINE_BYTES,
 };
+pub use read_energy::{read_energies, ReadEnergies};
 pub use record::{GpuRecord, JobRecord, RECORD_VERSION};
 pub use start::{nvlink_error_total, GpuCounters, JobStart, START_VERSION};
 pub use store::{flush_pending, store_line, Stored};

@@ -21,6 +21,8 @@ pub struct JobEnergy {
     pub start_ms: u64,
     pub end_ms: u64,
     pub energy_j: f64,
+    /// The job's GPUs on the node together at the sample that drew most.
+    pub peak_w: Option<f64>,
 }
 
 /// A node's figures.
@@ -34,6 +36,9 @@ pub struct NodePower {
     /// The highest hourly mean, and the hour (Unix ms of its start).
     pub peak_hour_w: f64,
     pub peak_hour_ms: u64,
+    /// The highest sampled peak of one of its jobs (the job's GPUs
+    /// together; see `JobRecord::peak_power_w`).
+    pub peak_job_w: Option<f64>,
 }
 
 /// A rack's figures, hour by hour.
@@ -87,6 +92,7 @@ struct NodeSum {
     jobs: usize,
     joules: f64,
     ran_ms: u64,
+    peak_job_w: Option<f64>,
     /// Joules per hour start.
     hours: BTreeMap<u64, f64>,
 }
@@ -99,6 +105,9 @@ pub fn power_report(jobs: &[JobEnergy], racks: &[RackConfig]) -> PowerReport {
         n.jobs += 1;
         n.joules += e.energy_j;
         n.ran_ms += e.end_ms.saturating_sub(e.start_ms);
+        if let Some(w) = e.peak_w {
+            n.peak_job_w = Some(n.peak_job_w.map_or(w, |m: f64| m.max(w)));
+        }
         spread(e, &mut n.hours);
     }
     let nodes = per_node
@@ -121,6 +130,7 @@ pub fn power_report(jobs: &[JobEnergy], racks: &[RackConfig]) -> PowerReport {
                 },
                 peak_hour_w: peak_j / 3600.0,
                 peak_hour_ms,
+                peak_job_w: sum.peak_job_w,
             }
         })
         .collect();
@@ -182,6 +192,7 @@ mod tests {
             start_ms,
             end_ms,
             energy_j: watts * hours * 3600.0,
+            peak_w: Some(watts * 1.25),
         }
     }
 
@@ -208,6 +219,7 @@ mod tests {
             (n1.peak_hour_w - 5600.0).abs() < 1e-6,
             "a whole hour at 5.6 kW"
         );
+        assert_eq!(n1.peak_job_w, Some(7000.0), "the job's sampled peak");
         let rk = &r.racks[0];
         let watts: Vec<f64> = rk.hours.iter().map(|(_, w)| w.round()).collect();
         // 10:00 half an hour of n1 (+1 kW overhead), 11:00 both, 12:00 half of n1.

@@ -178,8 +178,11 @@ fn for_each_line<R: std::io::Read>(
 pub(super) struct LinePrecheck<'f> {
     job: Option<&'f [u8]>,
     user: Option<&'f [u8]>,
+    /// Only records with a GPU flagged `"near_oom": true` matter.
+    near_oom_only: bool,
     job_key: memmem::Finder<'static>,
     user_key: memmem::Finder<'static>,
+    near_oom_key: memmem::Finder<'static>,
 }
 
 impl<'f> LinePrecheck<'f> {
@@ -187,13 +190,21 @@ impl<'f> LinePrecheck<'f> {
         Self {
             job: filter.job.as_deref().map(str::as_bytes),
             user: filter.user.as_deref().map(str::as_bytes),
+            near_oom_only: false,
             job_key: memmem::Finder::new(b"\"job_id\""),
             user_key: memmem::Finder::new(b"\"user\""),
+            near_oom_key: memmem::Finder::new(b"\"near_oom\""),
         }
     }
 
+    /// Also skip the lines in which no `"near_oom"` key is `true`.
+    pub(super) fn near_oom_only(mut self, yes: bool) -> Self {
+        self.near_oom_only = yes;
+        self
+    }
+
     pub(super) fn may_keep(&self, line: &[u8]) -> bool {
-        if self.job.is_none() && self.user.is_none() {
+        if self.job.is_none() && self.user.is_none() && !self.near_oom_only {
             return true;
         }
         let start = line.iter().position(|b| !is_json_space(*b));
@@ -202,13 +213,28 @@ impl<'f> LinePrecheck<'f> {
             // as an array): leave it to the parser.
             return true;
         }
+        let string = |value: &'f [u8]| {
+            move |rest: &[u8]| {
+                rest.strip_prefix(b"\"").is_some_and(|s| {
+                    s.len() > value.len() && s.starts_with(value) && s[value.len()] == b'"'
+                })
+            }
+        };
         let job_ok = self
             .job
-            .is_none_or(|id| has_string_value(line, &self.job_key, id, false));
-        job_ok
-            && self
-                .user
-                .is_none_or(|u| has_string_value(line, &self.user_key, u, true))
+            .is_none_or(|id| has_value(line, &self.job_key, string(id)));
+        let user_ok = || {
+            self.user.is_none_or(|u| {
+                has_value(line, &self.user_key, |rest| {
+                    rest.starts_with(b"null") || string(u)(rest)
+                })
+            })
+        };
+        let near_oom_ok = || {
+            !self.near_oom_only
+                || has_value(line, &self.near_oom_key, |rest| rest.starts_with(b"true"))
+        };
+        job_ok && user_ok() && near_oom_ok()
     }
 }
 
@@ -222,9 +248,9 @@ fn skip_json_space(s: &[u8]) -> &[u8] {
 }
 
 /// Whether some occurrence of `key` (quoted) in `line` is followed by
-/// `:` and the string `value` (or `null` when `or_null`), JSON white
-/// space allowed around the colon.
-fn has_string_value(line: &[u8], key: &memmem::Finder, value: &[u8], or_null: bool) -> bool {
+/// `:` and a value that `value` accepts (it sees the bytes from the
+/// value on), JSON white space allowed around the colon.
+fn has_value(line: &[u8], key: &memmem::Finder, value: impl Fn(&[u8]) -> bool) -> bool {
     let mut from = 0;
     while let Some(found) = key.find(&line[from..]) {
         let at = from + found;
@@ -234,14 +260,8 @@ fn has_string_value(line: &[u8], key: &memmem::Finder, value: &[u8], or_null: bo
         let Some(rest) = rest.strip_prefix(b":") else {
             continue;
         };
-        let rest = skip_json_space(rest);
-        if or_null && rest.starts_with(b"null") {
+        if value(skip_json_space(rest)) {
             return true;
-        }
-        if let Some(s) = rest.strip_prefix(b"\"") {
-            if s.len() > value.len() && s.starts_with(value) && s[value.len()] == b'"' {
-                return true;
-            }
         }
     }
     false
@@ -321,13 +341,17 @@ fn read_chunks(
     overlong_total
 }
 
-/// Parses newline-terminated lines; keeps the records `filter` may keep,
-/// as `prepare` makes them.
-fn parse_lines<T>(
-    lines: &[u8],
-    filter: &ReportFilter,
-    prepare: &impl Fn(JobRecord) -> T,
-) -> Parsed<T> {
+/// What one line is to a reader.
+pub(super) enum Line<T> {
+    Keep(T),
+    /// A record the filter does not keep.
+    Skip,
+    /// Not a record.
+    Malformed,
+}
+
+/// Parses newline-terminated lines with `parse`.
+fn parse_lines<T>(lines: &[u8], parse: &impl Fn(&str) -> Line<T>) -> Parsed<T> {
     let mut out = Parsed {
         records: Vec::new(),
         malformed: 0,
@@ -335,45 +359,53 @@ fn parse_lines<T>(
     for line in lines.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         // One UTF-8 check of the whole line is cheaper than serde_json's
         // check of every string, and rejects the same lines.
-        let record = std::str::from_utf8(line)
-            .ok()
-            .and_then(|text| serde_json::from_str::<JobRecord>(text).ok());
-        match record {
-            Some(r) if filter.keeps_record(&r) => out.records.push(prepare(r)),
-            Some(_) => {}
-            None => out.malformed += 1,
+        match std::str::from_utf8(line).map_or(Line::Malformed, parse) {
+            Line::Keep(r) => out.records.push(r),
+            Line::Skip => {}
+            Line::Malformed => out.malformed += 1,
         }
     }
     out
 }
 
-/// Calls `f` for each record of the directory that `filter` may keep
-/// ([`ReportFilter::keeps_record`]), in file order, duplicates included,
-/// as `prepare` makes them. Lines are parsed and prepared on worker
-/// threads when there are cores for them, and handed to `f` in order.
-/// Returns the malformed count.
-fn visit_records<T: Send>(
+/// A whole [`JobRecord`] per line, kept when `filter` may keep it, as
+/// `prepare` makes it.
+fn job_records<'f, T>(
+    filter: &'f ReportFilter,
+    prepare: impl Fn(JobRecord) -> T + 'f,
+) -> impl Fn(&str) -> Line<T> + 'f {
+    move |text| match serde_json::from_str::<JobRecord>(text) {
+        Ok(r) if filter.keeps_record(&r) => Line::Keep(prepare(r)),
+        Ok(_) => Line::Skip,
+        Err(_) => Line::Malformed,
+    }
+}
+
+/// Calls `f` for each line of the directory's record files that
+/// `precheck` lets through and `parse` keeps, in file order, duplicates
+/// included. Lines are parsed on worker threads when there are cores for
+/// them, and handed to `f` in order. Returns the malformed count.
+pub(super) fn visit_records<T: Send>(
     records_dir: &Path,
-    filter: &ReportFilter,
+    precheck: &LinePrecheck,
     workers: usize,
     errors: &mut Vec<String>,
-    prepare: impl Fn(JobRecord) -> T + Sync,
+    parse: impl Fn(&str) -> Line<T> + Sync,
     mut f: impl FnMut(T),
 ) -> usize {
     let files = record_files(records_dir);
-    let precheck = LinePrecheck::new(filter);
     let mut malformed = 0;
     let mut take = |parsed: Parsed<T>| {
         malformed += parsed.malformed;
         parsed.records.into_iter().for_each(&mut f);
     };
     let overlong = if workers < 2 {
-        read_chunks(&files, &precheck, errors, |lines| {
-            take(parse_lines(&lines, filter, &prepare))
+        read_chunks(&files, precheck, errors, |lines| {
+            take(parse_lines(&lines, &parse))
         })
     } else {
-        let parse = |lines: &[u8]| parse_lines(lines, filter, &prepare);
-        in_parallel(workers, &files, &precheck, errors, parse, take)
+        let parse = |lines: &[u8]| parse_lines(lines, &parse);
+        in_parallel(workers, &files, precheck, errors, parse, take)
     };
     malformed + overlong
 }
@@ -438,7 +470,7 @@ fn in_parallel<T: Send>(
 
 /// Parse workers for this machine: its cores (or the CPU quota), up to
 /// [`MAX_WORKERS`].
-fn workers() -> usize {
+pub(super) fn workers() -> usize {
     std::thread::available_parallelism()
         .map_or(1, std::num::NonZeroUsize::get)
         .min(MAX_WORKERS)
@@ -471,7 +503,16 @@ pub(super) fn read_records_with(
             out.records.push(r);
         }
     };
-    out.malformed = visit_records(records_dir, filter, workers, &mut out.errors, |r| r, keep);
+    let precheck = LinePrecheck::new(filter);
+    let parse = job_records(filter, |r| r);
+    out.malformed = visit_records(
+        records_dir,
+        &precheck,
+        workers,
+        &mut out.errors,
+        parse,
+        keep,
+    );
     out
 }
 
@@ -490,8 +531,9 @@ pub(super) fn read_jobs_with<G: GpuSink>(
 ) -> ReadJobs<G> {
     let mut errors = Vec::new();
     let mut summarizer = Summarizer::new();
-    let prepare = Summarizer::<G>::prepare;
-    let malformed = visit_records(records_dir, filter, workers, &mut errors, prepare, |r| {
+    let precheck = LinePrecheck::new(filter).near_oom_only(G::ONLY_NEAR_OOM);
+    let parse = job_records(filter, Summarizer::<G>::prepare);
+    let malformed = visit_records(records_dir, &precheck, workers, &mut errors, parse, |r| {
         summarizer.add_prepared(r);
     });
     ReadJobs {

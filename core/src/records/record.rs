@@ -40,6 +40,11 @@ pub struct JobRecord {
     /// The drain reason when draining was called for but failed (or was
     /// held back by a configuration error), with why.
     pub drain_failed: Option<String>,
+    /// The job's GPUs on this node together at the sample that drew most
+    /// (job start, each health check, job end), in W. Last, so
+    /// that older readers of the array form are not shifted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_power_w: Option<f64>,
 }
 
 /// One GPU of the job.
@@ -54,6 +59,12 @@ pub struct GpuRecord {
     pub energy_absent_reason: Option<String>,
     /// Energy over the time between the two counter readings.
     pub mean_power_w: Option<f64>,
+    /// The highest power of the samples gpu-health took on the GPU during
+    /// the job (job start, each health check, job end), and how many.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_power_w: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_samples: Option<u32>,
     pub peak_memory_bytes: Option<u64>,
     pub peak_memory_absent_reason: Option<String>,
     pub memory_total_bytes: Option<u64>,
@@ -68,6 +79,13 @@ pub struct GpuRecord {
     pub gpu_utilization_pct: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_utilization_pct: Option<f64>,
+    /// Seconds of the job that the power policy (the thermal one) held
+    /// the GPU's clocks below what was asked: the difference of NVML's
+    /// violation counters at job start and end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_throttled_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thermal_throttled_s: Option<f64>,
     pub ecc_corrected_delta: Option<u64>,
     pub ecc_uncorrected_delta: Option<u64>,
     pub remapped_correctable_delta: Option<u64>,

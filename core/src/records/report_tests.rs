@@ -33,6 +33,7 @@ fn rec(job: &str, node: &str, user: Option<&str>, end_ms: u64) -> JobRecord {
         xids_absent_reason: None,
         drained: None,
         drain_failed: None,
+        peak_power_w: None,
     }
 }
 

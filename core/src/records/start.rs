@@ -40,6 +40,14 @@ pub struct GpuCounters {
     pub nvlink_errors: Option<u64>,
     pub pcie_replay: Option<u64>,
     pub accounting_mode: Option<bool>,
+    /// Power drawn when the counters were read: the first sample of the
+    /// job's peak power.
+    #[serde(default)]
+    pub power_mw: Option<u32>,
+    #[serde(default)]
+    pub power_violation_ns: Option<u64>,
+    #[serde(default)]
+    pub thermal_violation_ns: Option<u64>,
 }
 
 impl GpuCounters {
@@ -54,6 +62,9 @@ impl GpuCounters {
             nvlink_errors: nvlink_error_total(g),
             pcie_replay: g.pcie.and_then(|p| p.replay_counter),
             accounting_mode: g.accounting_mode,
+            power_mw: g.power_usage_mw,
+            power_violation_ns: g.power_violation_ns,
+            thermal_violation_ns: g.thermal_violation_ns,
         }
     }
 }

@@ -26,6 +26,10 @@ pub struct JobSummary<G = Vec<SummaryGpu>> {
     pub gpus_without_energy: usize,
     /// Sum of the GPUs' mean powers.
     pub mean_power_w: Option<f64>,
+    /// Sum over the nodes of each node's sampled peak (the job's GPUs on
+    /// it together; nodes are sampled at different moments, so an upper
+    /// bound of the job's peak).
+    pub peak_power_w: Option<f64>,
     /// Largest peak memory over the job's GPUs.
     pub peak_memory_bytes: Option<u64>,
     /// That peak as a share of its GPU's memory, in percent.
@@ -60,6 +64,9 @@ pub trait GpuSink: Default {
     /// What is kept of one record's GPUs. Made by [`GpuSink::part`] on
     /// a parse worker, so that the parts not kept are dropped there.
     type Part: Send;
+    /// Only the GPUs flagged `near_oom` are kept: the report may skip
+    /// the records without one before parsing them.
+    const ONLY_NEAR_OOM: bool = false;
     /// The part kept of the GPUs of `node`'s record.
     fn part(node: &str, gpus: Vec<GpuRecord>) -> Self::Part;
     /// Adds a record's part (records in file order).
@@ -300,6 +307,7 @@ fn empty<G: Default>(r: &JobRecord) -> JobSummary<G> {
         energy_kwh: None,
         gpus_without_energy: 0,
         mean_power_w: None,
+        peak_power_w: None,
         peak_memory_bytes: None,
         peak_memory_pct: None,
         ecc_corrected_delta: 0,
@@ -356,6 +364,7 @@ fn add<G: GpuSink>(j: &mut JobSummary<G>, p: PreparedRecord<G::Part>) {
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
     };
+    add_opt(&mut j.peak_power_w, r.peak_power_w);
     j.xid_events += r.xids.len();
     if let Some(d) = &r.drained {
         j.drained.push(format!("{}: {d}", r.node));

@@ -78,6 +78,7 @@ fn end<'a>(meta: &'a JobMeta, gpus: &'a [u32], snap: &'a NodeSnapshot) -> JobEnd
         job_gpus: gpus,
         snapshot: snap,
         xids: Ok(Vec::new()),
+        power_peaks: None,
     }
 }
 
@@ -393,3 +394,22 @@ fn jobs_sum_across_nodes() {
 }
 
 // ---- gpu-health report: filters, grouping, reading ----
+
+#[test]
+fn peak_power_is_the_highest_sample_start_checks_end() {
+    let checks = crate::records::GpuPeak {
+        index: 0,
+        max_mw: 650_000,
+        at_ms: 5,
+        samples: 4,
+    };
+    assert_eq!(
+        crate::records::peak_power(Some(100_000), Some(&checks), Some(90_000)),
+        (Some(650.0), Some(6))
+    );
+    assert_eq!(
+        crate::records::peak_power(Some(700_500), None, Some(90_000)),
+        (Some(700.5), Some(2))
+    );
+    assert_eq!(crate::records::peak_power(None, None, None), (None, None));
+}

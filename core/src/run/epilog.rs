@@ -1,5 +1,5 @@
-//! The Epilog run: the job's record (energy, peak memory, health deltas,
-//! Xids during the job), a drain when the job's GPUs broke meanwhile, the
+//! The Epilog run: the job's record (energy, sampled peak power, peak
+//! memory, health deltas, Xids during the job), a drain when the job's GPUs broke meanwhile, the
 //! Prometheus textfile, and the end of the job's state files.
 //!
 //! Order: decide and act on the job's faults first (drain, else keep them
@@ -13,8 +13,8 @@ use crate::finding::Finding;
 use crate::ids::JobId;
 use crate::probe::{self, ProbeOptions};
 use crate::records::{
-    self, build_record, delta_findings, during_job, JobEnd, JobMeta, JobRecord, JobStart, Stored,
-    NO_START,
+    self, build_record, delta_findings, during_job, JobEnd, JobMeta, JobRecord, JobStart,
+    PowerPeaks, Stored, NO_START,
 };
 use crate::snapshot::NodeSnapshot;
 use crate::state::StateFile;
@@ -94,6 +94,16 @@ fn finish_job(ctx: &RunContext, job: &JobEnv, meta: &JobMeta) -> EpilogOutcome {
         snapshot.number_as_on_node();
     }
     let xids = job_xids(cfg, &snapshot, &start, &job_gpus, ctx.now_ms);
+    let power_peaks = match ctx
+        .state
+        .load::<PowerPeaks>(StateFile::JobPowerPeaks(job_id))
+    {
+        Ok(p) => p,
+        Err(e) => {
+            log::info!("job {job_id}: health-check power samples unreadable: {e}");
+            None
+        }
+    };
     let mut record = build_record(
         start.as_ref().map_err(Clone::clone),
         JobEnd {
@@ -104,6 +114,7 @@ fn finish_job(ctx: &RunContext, job: &JobEnv, meta: &JobMeta) -> EpilogOutcome {
             job_gpus: &job_gpus,
             snapshot: &snapshot,
             xids,
+            power_peaks: power_peaks.as_ref(),
         },
     );
     let share = cfg.thresholds.near_oom_share;
@@ -230,7 +241,11 @@ fn act_on_faults(ctx: &RunContext, job_id: JobId, record: &mut JobRecord) {
 /// The job is over: its verdict and start snapshot go (never through a
 /// symlinked jobs directory: the state module refuses it).
 fn remove_job_files(ctx: &RunContext, job_id: JobId) {
-    for f in [StateFile::JobStart(job_id), StateFile::JobVerdict(job_id)] {
+    for f in [
+        StateFile::JobStart(job_id),
+        StateFile::JobVerdict(job_id),
+        StateFile::JobPowerPeaks(job_id),
+    ] {
         if let Err(e) = ctx.state.remove(f) {
             log::warn!("cannot remove {}: {e}", ctx.state.path_of(f).display());
         }

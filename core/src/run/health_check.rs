@@ -70,6 +70,8 @@ pub fn run(ctx: &RunContext) -> HealthReport {
     let view = node_check::view(ctx, &check);
     let outcome = act::act(ctx, &slurm, &check.findings, check.pending.as_ref(), &view);
     node_check::commit(ctx, &mut check, ctx.config_ok() && outcome.kept);
+    // One power sample of each running job's GPUs (their peak power).
+    crate::records::sample_running_jobs(&ctx.state, &check.snapshot);
     if let Some(textfile) = &ctx.config().prometheus_textfile {
         // The live power in the node_exporter textfile, every health check.
         let live = crate::records::LivePower::of(&check.snapshot);

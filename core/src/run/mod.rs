@@ -1,6 +1,6 @@
 //! The runs of gpu-health, each written once: the Prolog ([`prolog`]),
 //! the health check ([`health_check`]), the Epilog ([`epilog`]), `gpu-health
-//! resume` ([`resume`]) and the read-only `gpu-health check` (through
+//! resume` ([`resume`]), the SPANK plugin's step end ([`step_end`]) and the read-only `gpu-health check` (through
 //! [`node_check`]). The binaries parse arguments and call these.
 //!
 //! Every run that may act goes the same way:
@@ -20,6 +20,7 @@ pub mod job_env;
 pub mod node_check;
 pub mod prolog;
 pub mod resume;
+pub mod step_end;
 
 use std::path::Path;
 use std::time::Duration;

@@ -14,6 +14,7 @@ pub const RECORDS_DIR: &str = "records";
 pub const RECORDS_FILE: &str = "jobs.jsonl";
 
 const START_SUFFIX: &str = ".start.json";
+const POWER_SUFFIX: &str = ".power.json";
 
 /// A file under `state_dir`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +37,9 @@ pub enum StateFile {
     JobVerdict(JobId),
     /// The job's counters at start (read by the epilog).
     JobStart(JobId),
+    /// The highest power each of the job's GPUs drew at the health checks
+    /// during the job (written by the health check, read by the epilog).
+    JobPowerPeaks(JobId),
     /// A job record waiting to be appended to the records file.
     SpooledRecord { end_ms: u64, job: JobId },
 }
@@ -44,7 +48,9 @@ impl StateFile {
     /// The subdirectory the file lives in, if not `state_dir` itself.
     pub(super) fn subdir(self) -> Option<&'static str> {
         match self {
-            StateFile::JobVerdict(_) | StateFile::JobStart(_) => Some(JOBS_DIR),
+            StateFile::JobVerdict(_) | StateFile::JobStart(_) | StateFile::JobPowerPeaks(_) => {
+                Some(JOBS_DIR)
+            }
             StateFile::SpooledRecord { .. } => Some(SPOOL_DIR),
             _ => None,
         }
@@ -61,6 +67,7 @@ impl StateFile {
             StateFile::RecentJobs => "recent-jobs.json".into(),
             StateFile::JobVerdict(job) => format!("{job}.json"),
             StateFile::JobStart(job) => format!("{job}{START_SUFFIX}"),
+            StateFile::JobPowerPeaks(job) => format!("{job}{POWER_SUFFIX}"),
             StateFile::SpooledRecord { end_ms, job } => format!("{end_ms:013}-{job}.json"),
         }
     }
@@ -93,6 +100,11 @@ impl StateFile {
         JobId::parse(name.strip_suffix(START_SUFFIX)?).ok()
     }
 
+    /// The job whose power peaks have this file name.
+    pub(super) fn parse_job_power(name: &str) -> Option<JobId> {
+        JobId::parse(name.strip_suffix(POWER_SUFFIX)?).ok()
+    }
+
     /// The spooled record with this file name.
     pub(super) fn parse_spooled(name: &str) -> Option<StateFile> {
         let (end, job) = name.strip_suffix(".json")?.split_once('-')?;
@@ -115,6 +127,9 @@ mod tests {
         let job = JobId::from(42);
         assert_eq!(StateFile::JobVerdict(job).name(), "42.json");
         assert_eq!(StateFile::JobStart(job).name(), "42.start.json");
+        assert_eq!(StateFile::JobPowerPeaks(job).name(), "42.power.json");
+        assert_eq!(StateFile::parse_job_power("42.power.json"), Some(job));
+        assert_eq!(StateFile::parse_job_start("42.power.json"), None);
         assert_eq!(StateFile::parse_job_start("42.start.json"), Some(job));
         assert_eq!(StateFile::parse_job_start("42.json"), None);
         assert_eq!(StateFile::parse_job_start("../42.start.json"), None);

@@ -239,6 +239,23 @@ impl StateDir {
     /// Jobs whose start snapshot is older than `max_age` (their epilog
     /// never ran: node crash, Epilog not configured).
     pub fn stale_job_starts(&self, max_age: Duration) -> Vec<JobId> {
+        self.job_files(StateFile::parse_job_start, Some(max_age))
+    }
+
+    /// Jobs with a start snapshot: the jobs running on this node (and
+    /// any whose epilog never ran).
+    pub fn job_starts(&self) -> Vec<JobId> {
+        self.job_files(StateFile::parse_job_start, None)
+    }
+
+    /// Jobs with power peaks.
+    pub fn job_power_peaks(&self) -> Vec<JobId> {
+        self.job_files(StateFile::parse_job_power, None)
+    }
+
+    /// The jobs of the per-job files that `parse` names, older than
+    /// `max_age` when given.
+    fn job_files(&self, parse: fn(&str) -> Option<JobId>, max_age: Option<Duration>) -> Vec<JobId> {
         let Ok(Holder::Sub(jobs)) = self.dir_of(StateFile::JobStart(JobId::from(0)), false) else {
             return Vec::new();
         };
@@ -246,8 +263,10 @@ impl StateDir {
         jobs.list()
             .unwrap_or_default()
             .into_iter()
-            .filter(|(_, mtime)| now.duration_since(*mtime).is_ok_and(|age| age > max_age))
-            .filter_map(|(name, _)| StateFile::parse_job_start(&name))
+            .filter(|(_, mtime)| {
+                max_age.is_none_or(|max| now.duration_since(*mtime).is_ok_and(|age| age > max))
+            })
+            .filter_map(|(name, _)| parse(&name))
             .collect()
     }
 

@@ -2,9 +2,10 @@
 
 use super::{enable_state, fill_chars, now_ms, on_device, put, put_str};
 use crate::abi::{
-    NvmlDevice, NvmlMemory, NvmlMemoryV2, NvmlPciInfo, NvmlReturn,
+    NvmlDevice, NvmlMemory, NvmlMemoryV2, NvmlPciInfo, NvmlReturn, NvmlViolationTime,
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED,
-    NVML_MEMORY_V2_VERSION, NVML_TEMPERATURE_GPU,
+    NVML_MEMORY_V2_VERSION, NVML_PERF_POLICIES, NVML_PERF_POLICY_POWER, NVML_PERF_POLICY_THERMAL,
+    NVML_TEMPERATURE_GPU,
 };
 use crate::scenario::Gpu;
 use std::os::raw::{c_char, c_uint, c_ulonglong};
@@ -173,6 +174,35 @@ pub unsafe extern "C" fn nvmlDeviceGetFanSpeed(
             Some(pct) => put(speed, pct),
             None => Err(NVML_ERROR_NOT_SUPPORTED),
         }
+    })
+}
+
+/// Power and thermal violations grow at the scenario's share of the time
+/// since the driver was loaded; the other policies report none.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetViolationStatus(
+    device: NvmlDevice,
+    policy: c_uint,
+    violation: *mut NvmlViolationTime,
+) -> NvmlReturn {
+    on_device("nvmlDeviceGetViolationStatus", device, |s, g| {
+        if violation.is_null() || !NVML_PERF_POLICIES.contains(&policy) {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        let share = match policy {
+            NVML_PERF_POLICY_POWER => g.spec.violation.power_share,
+            NVML_PERF_POLICY_THERMAL => g.spec.violation.thermal_share,
+            _ => 0.0,
+        };
+        let now = now_ms();
+        // SAFETY: checked non-null; nvml.h's contract is a writable struct.
+        unsafe {
+            violation.write(NvmlViolationTime {
+                reference_time: now.saturating_mul(1000),
+                violation_time: Gpu::violation_ns(share, now, s.driver_loaded_unix_ms),
+            });
+        }
+        Ok(())
     })
 }
 

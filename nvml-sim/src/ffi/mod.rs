@@ -10,6 +10,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod accounting;
+mod activity;
 mod device;
 mod health;
 mod links;

@@ -205,6 +205,18 @@ impl Gpu {
             .saturating_add(u64::try_from(gained).unwrap_or(u64::MAX))
     }
 
+    /// Violation time in ns under a policy whose share of the time since
+    /// the driver was loaded is `share` (clamped to 0..=1).
+    pub fn violation_ns(share: f64, now_ms: u64, loaded_ms: u64) -> u64 {
+        let elapsed_ns = now_ms.saturating_sub(loaded_ms) as f64 * 1e6;
+        let share = if share.is_finite() {
+            share.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        (elapsed_ns * share) as u64
+    }
+
     /// ECC counter; corrected counts grow by `corrected_per_hour`.
     pub fn ecc_count(
         &self,

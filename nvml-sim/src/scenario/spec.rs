@@ -36,6 +36,18 @@ pub const BUILTIN_GPU: &str = r#"{
   "pcie": { "gen": 5, "max_gen": 5, "width": 16, "max_width": 16, "replay_counter": 0 },
   "nvlink": { "count": 18, "inactive": [], "errors": {} },
   "throttle_reasons": 0,
+  "violation": { "power_share": 0.0, "thermal_share": 0.0 },
+  "utilization": { "gpu_pct": 0, "memory_pct": 0, "encoder_pct": 0, "decoder_pct": 0 },
+  "running_processes": [],
+  "clocks": {
+    "graphics_mhz": 1980, "sm_mhz": 1980, "memory_mhz": 2619, "video_mhz": 1755,
+    "max_graphics_mhz": 1980, "max_sm_mhz": 1980, "max_memory_mhz": 2619, "max_video_mhz": 1755
+  },
+  "performance_state": 0,
+  "compute_mode": 0,
+  "cuda_compute_capability": [9, 0],
+  "pcie_throughput_kbps": { "tx": 0, "rx": 0 },
+  "mig_mode": { "current": 0, "pending": 0 },
   "persistence_mode": true,
   "accounting": { "enabled": true, "buffer_size": 4000, "processes": [] },
   "lost": false,
@@ -174,11 +186,87 @@ pub struct GpuSpec {
     pub nvlink: NvLinkSpec,
     #[serde(deserialize_with = "u64_number_or_hex")]
     pub throttle_reasons: u64,
+    pub violation: ViolationSpec,
+    pub utilization: UtilizationSpec,
+    /// Processes on the GPU now (`nvmlDeviceGetComputeRunningProcesses`).
+    pub running_processes: Vec<RunningProcessSpec>,
+    pub clocks: ClocksSpec,
+    /// P-state 0..=15.
+    pub performance_state: u32,
+    /// 0 default, 1 exclusive thread, 2 prohibited, 3 exclusive process.
+    pub compute_mode: u32,
+    pub cuda_compute_capability: (i32, i32),
+    pub pcie_throughput_kbps: PcieThroughputSpec,
+    /// `null`: NOT_SUPPORTED (GPUs without MIG).
+    pub mig_mode: Option<MigModeSpec>,
     pub persistence_mode: bool,
     pub accounting: AccountingSpec,
     pub lost: bool,
     pub lost_mode: LostMode,
     pub not_supported: Vec<String>,
+}
+
+/// Percent of the last sample period the GPU (its memory, encoder,
+/// decoder) was busy (`nvmlDeviceGetUtilizationRates` and friends).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UtilizationSpec {
+    pub gpu_pct: u32,
+    pub memory_pct: u32,
+    pub encoder_pct: u32,
+    pub decoder_pct: u32,
+}
+
+/// A process using the GPU now.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunningProcessSpec {
+    pub pid: u32,
+    pub used_memory_mib: u64,
+    /// Percent of the sample period its kernels (memory traffic) ran.
+    #[serde(default)]
+    pub sm_pct: u32,
+    #[serde(default)]
+    pub memory_pct: u32,
+}
+
+/// Current and maximum clocks in MHz.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClocksSpec {
+    pub graphics_mhz: u32,
+    pub sm_mhz: u32,
+    pub memory_mhz: u32,
+    pub video_mhz: u32,
+    pub max_graphics_mhz: u32,
+    pub max_sm_mhz: u32,
+    pub max_memory_mhz: u32,
+    pub max_video_mhz: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PcieThroughputSpec {
+    pub tx: u32,
+    pub rx: u32,
+}
+
+/// MIG mode now and after the next GPU reset (0 disabled, 1 enabled).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigModeSpec {
+    pub current: u32,
+    pub pending: u32,
+}
+
+/// Share of the time since the driver was loaded that the clocks were held
+/// below what was asked, by the power and by the thermal policy
+/// (`nvmlDeviceGetViolationStatus`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ViolationSpec {
+    pub power_share: f64,
+    pub thermal_share: f64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -167,3 +167,57 @@ test_malformed_config_runs_jobs_without_drain() {
     assert_contains "$(gh_cat "$(gh_gpu_health_log "$node")")" "gpu-health.d/$node.toml" \
         "the node's gpu-health log names the malformed file"
 }
+
+# Issue 16. An HGX node whose NVSwitch fabric registration never started
+#    (nvidia-fabricmanager down) looks healthy in every counter but fails
+#    every CUDA job: the Prolog drains it until clean, naming the fabric.
+test_fabric_not_ready_drains_until_clean() {
+    GH_FOCUS="n1"
+    local job reason
+    gh_set_scenario n1 h100x8-fabric-not-ready
+    job=$(gh_sbatch -w n1 --gres=gpu:8 --wrap 'echo ran')
+    assert_node_state n1 'idle\+drain|drain' 30 "n1 is drained when its GPUs' fabric is not ready"
+    reason=$(gh_node_reason n1)
+    assert_contains "$reason" "gpu-health: fabric not ready GPU0 0000:18:00.0 (not started)" "the reason names the fabric and the GPU"
+    assert_match "$reason" '\(drain-until-clean\)$' "it clears itself once the fabric registers"
+    scancel "$job"
+}
+
+# Issue 16. NVML's persistent recovery action says "node reboot" on GPU4
+#    while the kernel log holds no Xid 154: the node drains for an admin.
+test_recovery_action_drains_without_xid154() {
+    GH_FOCUS="n1"
+    local job reason
+    gh_set_scenario n1 h100x8-recovery-reboot
+    job=$(gh_sbatch -w n1 --gres=gpu:8 --wrap 'echo ran')
+    assert_node_state n1 'idle\+drain|drain' 30 "n1 is drained for the recovery action"
+    reason=$(gh_node_reason n1)
+    assert_eq "$reason" "gpu-health: recovery action GPU4 0000:9a:00.0: node reboot (drain)" "the reason names the GPU and the action"
+    scancel "$job"
+}
+
+# Issue 16. An earlier job's process still holds 30 GiB on GPU2 at job
+#    start: a warn job runs and is told (without the pid, which the node's
+#    log has), a strict job is refused, a job on GPUs 0-1 hears nothing,
+#    and the node stays in service.
+test_leftovers_warn_and_refuse_strict() {
+    GH_FOCUS="n1"
+    local out
+    gh_set_scenario n1 h100x8-leftovers
+    gh_sbatch_wait 60 -w n1 --gres=gpu:8 --wrap 'echo job-ran'
+    out=$(gh_cat "$(gh_job_out "$GH_JOB")")
+    assert_eq "$GH_JOB_RC" 0 "warn job $GH_JOB runs"
+    assert_contains "$out" "job-ran" "its script ran"
+    assert_contains "$out" "GPU2 0000:3a:00.0 at job start: 1 process(es) still running, holding 30.0 GiB" "the user is told what is left on GPU2"
+    assert_contains "$out" "[leftovers]" "naming the check"
+    assert_not_contains "$out" "52000" "not the other job's pid"
+    assert_contains "$(gh_cat "$(gh_gpu_health_log n1)")" "pid 52000" "the node's log has the pid"
+    gh_sbatch_wait 60 -w n1 --gres=gpu:8 --gpu-health=strict --wrap 'echo job-ran'
+    out=$(gh_cat "$(gh_job_out "$GH_JOB")")
+    assert_match "$GH_JOB_RC" '^[1-9]' "a strict job is refused"
+    assert_contains "$out" "strict mode refuses this step" "and told why"
+    gh_sbatch_wait 60 -w n1 --gres=gpu:2 --gpu-health=strict --wrap 'echo job-ran'
+    assert_eq "$GH_JOB_RC" 0 "a strict job on GPUs 0-1 runs"
+    assert_not_contains "$(gh_cat "$(gh_job_out "$GH_JOB")")" "leftovers" "and hears nothing of GPU2"
+    assert_eq "$(gh_node_state n1)" idle "n1 stays in service"
+}

@@ -101,6 +101,40 @@ pub struct GpuSnapshot {
     pub persistence_mode: Option<bool>,
     pub accounting_mode: Option<bool>,
     pub accounted_processes: Vec<AccountedProcess>,
+    /// NVSwitch fabric registration (Hopper and newer); `None` where the
+    /// GPU has none (NOT_SUPPORTED: PCIe-only boards, older GPUs).
+    #[serde(default)]
+    pub fabric: Option<FabricInfo>,
+    /// NVML's persistent recovery action (field 230,
+    /// nvmlDeviceGpuRecoveryAction_t: 0 none, 1 GPU reset, 2 node reboot,
+    /// ...); `None` where the driver does not report it.
+    #[serde(default)]
+    pub recovery_action: Option<u32>,
+    /// Compute processes on the GPU when it was probed.
+    #[serde(default)]
+    pub running_processes: Vec<RunningProcess>,
+}
+
+/// nvmlDeviceGetGpuFabricInfo's answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FabricInfo {
+    /// nvmlGpuFabricState_t: 1 not started, 2 in progress, 3 completed.
+    pub state: u8,
+    /// The registration's nvmlReturn_t (0: success).
+    pub status: u32,
+}
+
+pub mod fabric_state {
+    pub const NOT_STARTED: u8 = 1;
+    pub const IN_PROGRESS: u8 = 2;
+    pub const COMPLETED: u8 = 3;
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningProcess {
+    pub pid: u32,
+    /// `None`: NVML does not say (NVML_VALUE_NOT_AVAILABLE).
+    pub used_memory_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -117,6 +117,16 @@ pub const NVML_FI_DEV_REMAPPED_COR: c_uint = 142;
 pub const NVML_FI_DEV_REMAPPED_UNC: c_uint = 143;
 pub const NVML_FI_DEV_REMAPPED_PENDING: c_uint = 144;
 pub const NVML_FI_DEV_REMAPPED_FAILURE: c_uint = 145;
+pub const NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: c_uint = 230;
+
+/// `nvmlGpuFabricInfo_t` (the unversioned call's struct).
+#[repr(C)]
+pub struct NvmlGpuFabricInfo {
+    pub cluster_uuid: [u8; 16],
+    pub status: NvmlReturn,
+    pub clique_id: c_uint,
+    pub state: u8,
+}
 
 /// `nvmlPciInfo_t` (the v3 layout, also used by v2 and v1 here).
 #[repr(C)]
@@ -260,6 +270,7 @@ mod tests {
         assert_eq!(size_of::<NvmlMemory>(), 24);
         assert_eq!(size_of::<NvmlViolationTime>(), 16);
         assert_eq!(size_of::<NvmlUtilization>(), 8);
+        assert_eq!(size_of::<NvmlGpuFabricInfo>(), 28);
         assert_eq!(size_of::<NvmlProcessInfoV1>(), 16);
         assert_eq!(size_of::<NvmlProcessInfoV2>(), 24);
         assert_eq!(size_of::<NvmlProcessUtilizationSample>(), 32);

@@ -78,6 +78,7 @@ pub const EXPORTED_FUNCTIONS: &[&str] = &[
     "nvmlDeviceGetMaxClockInfo",
     "nvmlDeviceGetPcieThroughput",
     "nvmlDeviceGetCudaComputeCapability",
+    "nvmlDeviceGetGpuFabricInfo",
     "nvmlDeviceGetAccountingMode",
     "nvmlDeviceSetAccountingMode",
     "nvmlDeviceGetAccountingBufferSize",

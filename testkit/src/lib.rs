@@ -20,9 +20,13 @@ pub fn sim_library() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let deps = exe.parent().expect("deps dir").to_path_buf();
     let profile = deps.parent().expect("profile dir").to_path_buf();
+    // The newer of the two: `cargo test` refreshes the one in deps/, while
+    // an older `cargo build` may have left a stale one beside it.
+    let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     [profile.join("libnvml_sim.so"), deps.join("libnvml_sim.so")]
         .into_iter()
-        .find(|p| p.is_file())
+        .filter(|p| p.is_file())
+        .max_by_key(modified)
         .expect("libnvml_sim.so not built: run `cargo build -p nvml-sim` first")
 }
 

@@ -268,3 +268,61 @@ pub(super) fn persistence(g: &GpuSnapshot, t: &Thresholds, out: &mut Vec<Finding
         );
     }
 }
+
+/// An NVSwitch GPU whose fabric registration has not completed (fabric
+/// manager not running, or it failed): every CUDA job fails ("system not
+/// yet initialized") while all counters look healthy. It clears when the
+/// fabric manager registers the GPU: drain-until-clean. A GPU without a
+/// fabric (`None`) is not checked.
+pub(super) fn fabric(g: &GpuSnapshot, out: &mut Vec<Finding>) {
+    use crate::snapshot::fabric_state::{COMPLETED, IN_PROGRESS, NOT_STARTED};
+    let Some(f) = g.fabric else { return };
+    let l = label(g);
+    let (summary, message) = match (f.state, f.status) {
+        (COMPLETED, 0) => return,
+        (COMPLETED, status) => (
+            format!("fabric registration failed {l} (status {status})"),
+            format!("{l}: NVSwitch fabric registration ended with NVML error {status}; CUDA jobs fail on it until nvidia-fabricmanager registers it"),
+        ),
+        (state, _) => {
+            let what = match state {
+                NOT_STARTED => "not started",
+                IN_PROGRESS => "in progress",
+                _ => "in an unknown state",
+            };
+            (
+                format!("fabric not ready {l} ({what})"),
+                format!("{l}: NVSwitch fabric registration {what}: CUDA jobs fail on it; is nvidia-fabricmanager running?"),
+            )
+        }
+    };
+    push(out, g, "fabric", Action::DrainUntilClean, summary, message);
+}
+
+/// NVML's persistent recovery action: the same nvmlDeviceGpuRecoveryAction_t
+/// an Xid 154 announces, read even when that record was missed. Every
+/// action but none needs a reset or a reboot: drain.
+pub(super) fn recovery_action(g: &GpuSnapshot, out: &mut Vec<Finding>) {
+    let Some(a) = g.recovery_action.filter(|a| *a != 0) else {
+        return;
+    };
+    let what = match a {
+        1 => "GPU reset",
+        2 => "node reboot",
+        3 => "drain P2P",
+        4 => "drain P2P and reset",
+        5 => "recover the IMEX domain",
+        6 => "bus reset",
+        7 => "system reboot",
+        _ => "an unknown action",
+    };
+    let l = label(g);
+    push(
+        out,
+        g,
+        "recovery-action",
+        Action::Drain,
+        format!("recovery action {l}: {what}"),
+        format!("{l}: the driver requires a recovery action ({a}: {what}) before the GPU can be trusted again"),
+    );
+}

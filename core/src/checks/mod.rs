@@ -5,6 +5,7 @@
 
 mod gpu;
 pub mod history;
+mod job;
 mod node;
 
 use crate::config::Config;
@@ -12,6 +13,7 @@ use crate::finding::Finding;
 use crate::snapshot::NodeSnapshot;
 
 pub use history::EccHistory;
+pub use job::leftovers;
 
 /// Everything the checks may read.
 pub struct CheckInput<'a> {
@@ -47,6 +49,8 @@ pub fn evaluate(input: &CheckInput<'_>) -> Vec<Finding> {
         gpu::power_limit(g, &input.config.thresholds, &mut out);
         gpu::clock_events(g, &mut out);
         gpu::persistence(g, &input.config.thresholds, &mut out);
+        gpu::fabric(g, &mut out);
+        gpu::recovery_action(g, &mut out);
     }
     out
 }

@@ -27,6 +27,7 @@ pub const RANGES: &[KeyRange] = &[
     range("thresholds.max_temperature_c", 30.0, 150.0),
     range("thresholds.min_power_limit_ratio", 0.0, 1.0),
     range("thresholds.near_oom_share", 0.5, 1.0),
+    range("thresholds.leftover_memory_mib", 0.0, 1_048_576.0),
     range("power.racks.supply_kw", 0.1, 1000.0),
     range("power.racks.cooling_kw", 0.1, 1000.0),
     range("power.racks.node_overhead_w", 0.0, 100_000.0),

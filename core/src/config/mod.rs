@@ -102,6 +102,9 @@ pub struct Thresholds {
     /// A job's GPU whose peak memory reached this share of its memory is
     /// flagged near out of memory in the job record.
     pub near_oom_share: f64,
+    /// At job start, memory in use on a job's GPU above this many MiB (or
+    /// any compute process on it) is an earlier job's leftover: warn.
+    pub leftover_memory_mib: u64,
 }
 
 impl Default for Thresholds {
@@ -113,6 +116,7 @@ impl Default for Thresholds {
             min_power_limit_ratio: 0.9,
             require_persistence_mode: true,
             near_oom_share: 0.95,
+            leftover_memory_mib: 2048,
         }
     }
 }
@@ -178,6 +182,10 @@ impl Config {
         }
         check_range("thresholds.min_power_limit_ratio", t.min_power_limit_ratio)?;
         check_range("thresholds.near_oom_share", t.near_oom_share)?;
+        check_range(
+            "thresholds.leftover_memory_mib",
+            t.leftover_memory_mib as f64,
+        )?;
         check_range(
             "thresholds.max_temperature_c",
             f64::from(t.max_temperature_c),

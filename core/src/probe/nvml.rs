@@ -11,15 +11,15 @@ use nvml_wrapper::enum_wrappers::device::{
     EccCounter, MemoryError, P2pCapabilitiesIndex, P2pStatus, PerformancePolicy, TemperatureSensor,
 };
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
-use nvml_wrapper::enums::device::SampleValue;
+use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::FieldValueSample;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 
 use crate::snapshot::{
-    normalize_pci, AccountedProcess, EccCounts, GpuLink, GpuSnapshot, NodeSnapshot, NvLinkState,
-    NvmlFailure, PcieLink, RemappedRows,
+    normalize_pci, AccountedProcess, EccCounts, FabricInfo, GpuLink, GpuSnapshot, NodeSnapshot,
+    NvLinkState, NvmlFailure, PcieLink, RemappedRows, RunningProcess,
 };
 
 /// The library name the real driver installs.
@@ -33,6 +33,10 @@ const FI_REMAPPED_COR: u32 = 142;
 const FI_REMAPPED_UNC: u32 = 143;
 const FI_REMAPPED_PENDING: u32 = 144;
 const FI_REMAPPED_FAILURE: u32 = 145;
+/// nvml.h `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` (R550 and newer).
+const FI_RECOVERY_ACTION: u32 = 230;
+/// nvml.h `NVML_ERROR_NOT_SUPPORTED`.
+const NVML_ERROR_NOT_SUPPORTED: u32 = 3;
 
 /// What the probe should read besides the health fields.
 #[derive(Debug, Clone, Copy, Default)]
@@ -220,11 +224,65 @@ fn probe_device(dev: &mut Device<'_>, index: u32, opts: ProbeOptions) -> GpuSnap
         persistence_mode: r.get("persistence", dev.is_in_persistent_mode()),
         accounting_mode,
         accounted_processes,
+        fabric: read_fabric(&mut r, dev),
+        recovery_action: r
+            .get(
+                "recovery action",
+                dev.field_values_for(&[FieldId(FI_RECOVERY_ACTION)]),
+            )
+            .and_then(|v| v.first().and_then(field_u64))
+            .and_then(|a| u32::try_from(a).ok()),
+        running_processes: r
+            .get("running processes", dev.running_compute_processes())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| RunningProcess {
+                pid: p.pid,
+                used_memory_bytes: match p.used_gpu_memory {
+                    UsedGpuMemory::Used(b) => Some(b),
+                    UsedGpuMemory::Unavailable => None,
+                },
+            })
+            .collect(),
         ..GpuSnapshot::default()
     };
     gpu.lost = r.lost;
     gpu.query_errors = r.errors;
     gpu
+}
+
+/// nvml.h's nvmlGpuFabricInfo_t (the unversioned call's struct).
+#[repr(C)]
+#[derive(Default)]
+struct RawFabricInfo {
+    cluster_uuid: [u8; 16],
+    status: u32,
+    clique_id: u32,
+    state: u8,
+}
+
+/// nvmlDeviceGetGpuFabricInfo, which nvml-wrapper does not wrap: through
+/// the library's own symbol table (absent on drivers before R525: `None`).
+/// NOT_SUPPORTED, in the return or the state, is a GPU without a fabric.
+fn read_fabric(r: &mut Reader, dev: &Device<'_>) -> Option<FabricInfo> {
+    let Ok(get) = dev.nvml().lib().nvmlDeviceGetGpuFabricInfo.as_ref() else {
+        return None;
+    };
+    // SAFETY: nvml.h's signature; the handle is valid while `dev` lives
+    // and the out-struct is a plain C struct NVML fills.
+    let mut info = RawFabricInfo::default();
+    let ret = unsafe { get(dev.handle(), std::ptr::from_mut(&mut info).cast()) };
+    match ret {
+        0 if info.state != 0 => Some(FabricInfo {
+            state: info.state,
+            status: info.status,
+        }),
+        0 | NVML_ERROR_NOT_SUPPORTED => None,
+        code => {
+            r.errors.push(format!("fabric info: NVML error {code}"));
+            None
+        }
+    }
 }
 
 fn read_ecc(r: &mut Reader, dev: &Device<'_>) -> Option<EccCounts> {

@@ -37,6 +37,11 @@ pub fn run(ctx: &RunContext, job: &JobEnv) -> i32 {
         .filter(|j| probe::seen_from_job(j.get()))
         .map(|_| job.job_gpus.len());
     let mut check = node_check::check_node_for_drain(ctx, opts, job_view);
+    check.findings.extend(crate::checks::leftovers(
+        &check.snapshot,
+        &job.job_gpus,
+        &cfg.thresholds,
+    ));
     if job.mode == Mode::Strict && cfg.dcgm.strict_jobs {
         let outcome = dcgm::run_diag(&cfg.dcgm, &job.job_gpus);
         log::info!("strict job: {}", outcome.describe());

@@ -1,13 +1,14 @@
-//! Memory health (ECC, row remapping, page retirement) and clock-event
-//! reasons of one device.
+//! Memory health (ECC, row remapping, page retirement), clock-event
+//! reasons, the recovery action and the NVSwitch fabric state of one
+//! device.
 
 use super::{enable_state, now_ms, on_device, put};
 use crate::abi::{
-    NvmlDevice, NvmlFieldValue, NvmlReturn, NvmlValue, NVML_AGGREGATE_ECC,
-    NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED, NVML_FI_DEV_REMAPPED_COR,
-    NVML_FI_DEV_REMAPPED_FAILURE, NVML_FI_DEV_REMAPPED_PENDING, NVML_FI_DEV_REMAPPED_UNC,
-    NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_SUCCESS,
-    NVML_VALUE_TYPE_UNSIGNED_INT, NVML_VOLATILE_ECC,
+    NvmlDevice, NvmlFieldValue, NvmlGpuFabricInfo, NvmlReturn, NvmlValue, NVML_AGGREGATE_ECC,
+    NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,
+    NVML_FI_DEV_REMAPPED_COR, NVML_FI_DEV_REMAPPED_FAILURE, NVML_FI_DEV_REMAPPED_PENDING,
+    NVML_FI_DEV_REMAPPED_UNC, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+    NVML_SUCCESS, NVML_VALUE_TYPE_UNSIGNED_INT, NVML_VOLATILE_ECC,
 };
 use crate::scenario::Gpu;
 use std::os::raw::{c_int, c_uint, c_ulonglong};
@@ -89,6 +90,9 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
 }
 
 fn field_value(gpu: &Gpu, field_id: c_uint) -> Option<c_uint> {
+    if field_id == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION {
+        return gpu.spec.recovery_action;
+    }
     let rows = gpu.spec.remapped_rows.as_ref()?;
     match field_id {
         NVML_FI_DEV_REMAPPED_COR => Some(rows.correctable),
@@ -153,5 +157,26 @@ pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksEventReasons(
 ) -> NvmlReturn {
     on_device("nvmlDeviceGetCurrentClocksEventReasons", device, |_, g| {
         put(reasons, g.spec.throttle_reasons)
+    })
+}
+
+/// Registration with the NVSwitch fabric (Hopper and newer HGX boards);
+/// `fabric: null` answers NOT_SUPPORTED, as PCIe-only boards do.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo(
+    device: NvmlDevice,
+    info: *mut NvmlGpuFabricInfo,
+) -> NvmlReturn {
+    on_device("nvmlDeviceGetGpuFabricInfo", device, |_, g| {
+        let f = g.spec.fabric.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        put(
+            info,
+            NvmlGpuFabricInfo {
+                cluster_uuid: [0; 16],
+                status: f.status,
+                clique_id: f.clique_id,
+                state: f.state,
+            },
+        )
     })
 }

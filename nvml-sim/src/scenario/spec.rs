@@ -48,6 +48,8 @@ pub const BUILTIN_GPU: &str = r#"{
   "cuda_compute_capability": [9, 0],
   "pcie_throughput_kbps": { "tx": 0, "rx": 0 },
   "mig_mode": { "current": 0, "pending": 0 },
+  "fabric": { "state": 3, "status": 0, "clique_id": 1 },
+  "recovery_action": 0,
   "persistence_mode": true,
   "accounting": { "enabled": true, "buffer_size": 4000, "processes": [] },
   "lost": false,
@@ -199,6 +201,10 @@ pub struct GpuSpec {
     pub pcie_throughput_kbps: PcieThroughputSpec,
     /// `null`: NOT_SUPPORTED (GPUs without MIG).
     pub mig_mode: Option<MigModeSpec>,
+    /// `null`: NOT_SUPPORTED (no NVSwitch fabric: PCIe boards, Ampere).
+    pub fabric: Option<FabricSpec>,
+    /// Field 230; `null`: the driver does not report it (before R550).
+    pub recovery_action: Option<u32>,
     pub persistence_mode: bool,
     pub accounting: AccountingSpec,
     pub lost: bool,
@@ -249,6 +255,16 @@ pub struct ClocksSpec {
 pub struct PcieThroughputSpec {
     pub tx: u32,
     pub rx: u32,
+}
+
+/// nvmlGpuFabricInfo_t: state 1 not started, 2 in progress, 3 completed;
+/// status the registration's nvmlReturn_t.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FabricSpec {
+    pub state: u8,
+    pub status: u32,
+    pub clique_id: u32,
 }
 
 /// MIG mode now and after the next GPU reset (0 disabled, 1 enabled).

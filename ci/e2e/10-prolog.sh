@@ -221,3 +221,21 @@ test_leftovers_warn_and_refuse_strict() {
     assert_not_contains "$(gh_cat "$(gh_job_out "$GH_JOB")")" "leftovers" "and hears nothing of GPU2"
     assert_eq "$(gh_node_state n1)" idle "n1 stays in service"
 }
+
+# Issue 16. NVLink by design: links down since the first look after boot
+#    (boards that expose unused links) do not hold back a strict job; a
+#    link that was up earlier in this boot and is down now does.
+test_nvlink_down_since_boot_is_not_a_warning() {
+    GH_FOCUS="n1 n2"
+    gh_set_scenario n1 h100x8-nvlink-down
+    gh_sbatch_wait 60 -w n1 --gres=gpu:8 --gpu-health=strict --wrap 'echo job-ran'
+    assert_eq "$GH_JOB_RC" 0 "a strict job runs on n1, whose links were never up since boot"
+    assert_contains "$(gh_cat "$(gh_gpu_health_log n1)")" "have not been active since boot" "n1's log has them on record"
+    gh_sbatch_wait 60 -w n2 --gres=gpu:8 --wrap 'echo job-ran'
+    assert_eq "$GH_JOB_RC" 0 "a job on n2 sees every link up"
+    gh_set_scenario n2 h100x8-nvlink-down
+    gh_sbatch_wait 60 -w n2 --gres=gpu:8 --gpu-health=strict --wrap 'echo job-ran'
+    assert_match "$GH_JOB_RC" '^[1-9]' "then with links down a strict job on n2 is refused"
+    assert_contains "$(gh_cat "$(gh_job_out "$GH_JOB")")" "went down since boot" "naming the links that went down"
+    assert_eq "$(gh_node_state n2)" idle "n2 stays in service"
+}

@@ -105,3 +105,29 @@ test_xid79_during_job_drains_in_epilog() {
     drained=$(wait_records "$job" 1 20 | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j[0]["xid_events"], j[0]["drained"])' 2>/dev/null)
     assert_contains "$drained" "Xid 79 during job $job" "the job's record lists the Xid and the drain"
 }
+
+# Issue 16. MIG: on a node whose GPUs 0-3 are in MIG mode a job runs, the
+#    node is not drained, and its record marks those GPUs `mig` with the
+#    whole GPU's energy and no peak memory, saying why; GPUs 4-7 are
+#    measured as usual.
+test_mig_gpus_recorded_without_invented_figures() {
+    GH_FOCUS="n1"
+    gh_set_scenario n1 h100x8-mig
+    gh_sbatch_wait 60 -w n1 --gres=gpu:8 --wrap 'sleep 6'
+    assert_eq "$GH_JOB_RC" 0 "a job on the MIG node runs"
+    local check
+    check=$(wait_records "$GH_JOB" 1 30 | python3 -c '
+import json, sys
+j = json.load(sys.stdin)[0]
+bad = []
+for g in j["gpus"]:
+    mig = g["index"] < 4
+    if g.get("mig", False) != mig: bad.append("GPU%d mig %s" % (g["index"], g.get("mig")))
+    if not (g["energy_j"] or 0) > 0: bad.append("GPU%d energy %s" % (g["index"], g["energy_j"]))
+    if mig and (g["peak_memory_bytes"] is not None or not (g["peak_memory_absent_reason"] or "").startswith("MIG mode")):
+        bad.append("GPU%d peak %s (%s)" % (g["index"], g["peak_memory_bytes"], g["peak_memory_absent_reason"]))
+    if not mig and g["peak_memory_bytes"] is None: bad.append("GPU%d no peak" % g["index"])
+print("; ".join(bad) or "ok")' 2>&1)
+    assert_eq "$check" ok "GPUs 0-3 marked MIG with energy and a reason for no peak memory; 4-7 measured"
+    assert_eq "$(gh_node_state n1)" idle "n1 is not drained"
+}

@@ -33,6 +33,7 @@ struct GpuLine<'a> {
     power_limit_mw: Option<u32>,
     fan_speed_pct: Option<u32>,
     persistence_mode: Option<bool>,
+    mig_mode: Option<bool>,
 }
 
 const USAGE: &str = "usage: gpu-health check [--json | --npd]";
@@ -93,6 +94,7 @@ pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
                 power_limit_mw: g.power_limit_mw,
                 fan_speed_pct: g.fan_speed_pct,
                 persistence_mode: g.persistence_mode,
+                mig_mode: g.mig_mode,
             })
             .collect(),
         findings: &check.findings,
@@ -179,8 +181,13 @@ fn print_table(r: &Report<'_>) {
             .collect();
         let pci = printable(g.pci.unwrap_or("-"));
         if mine.is_empty() {
+            let mig = if g.mig_mode == Some(true) {
+                " (MIG mode: no per-job peak memory)"
+            } else {
+                ""
+            };
             println!(
-                "{:<5} {:<13} {:<22} {:<6} {}",
+                "{:<5} {:<13} {:<22} {:<6} {}{mig}",
                 g.index,
                 pci,
                 "all",

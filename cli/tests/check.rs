@@ -25,6 +25,7 @@ fn exit_codes_follow_the_worst_finding() {
         ("l40sx4-pcie-only", 0),
         ("h100x8-pcie-degraded", 0),
         ("h100x8-nvlink-down", 0),
+        ("h100x8-mig", 0),
         ("h100x8-dbe", 1),
         ("h100x8-fallen-off", 1),
         ("h100x8-remap-failure", 1),

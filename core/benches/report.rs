@@ -50,6 +50,7 @@ fn record(job: u64, n: u64, seq: u64) -> JobRecord {
             peak_memory_absent_reason: None,
             memory_total_bytes: Some(85_520_809_984),
             near_oom: false,
+            mig: false,
             gpu_utilization_pct: None,
             memory_utilization_pct: None,
             peak_power_w: None,

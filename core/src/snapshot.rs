@@ -113,6 +113,10 @@ pub struct GpuSnapshot {
     /// Compute processes on the GPU when it was probed.
     #[serde(default)]
     pub running_processes: Vec<RunningProcess>,
+    /// MIG mode is on (`None`: the GPU has no MIG, or NVML does not say).
+    /// NVML keeps no accounting statistics on a MIG GPU.
+    #[serde(default)]
+    pub mig_mode: Option<bool>,
 }
 
 /// nvmlDeviceGetGpuFabricInfo's answer.

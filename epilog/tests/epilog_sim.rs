@@ -478,3 +478,37 @@ fn peak_power_is_sampled_at_the_health_checks() {
         "the epilog removes the samples"
     );
 }
+
+/// A job on a MIG GPU and a whole GPU: the MIG one is marked, has its
+/// (whole-GPU) energy with a note, and no peak memory, saying why; the
+/// other is measured as usual. Nothing drains.
+#[test]
+fn a_mig_gpu_gets_no_invented_peak_memory() {
+    let mut s = healthy(200);
+    s["gpus"][0]["mig_mode"] = serde_json::json!({ "current": 1, "pending": 1 });
+    let node = Node::new(&s, "");
+    node.prolog("103", "0,4");
+    std::thread::sleep(Duration::from_millis(1000));
+    node.epilog("103", "0,4");
+    let r = &node.records()[0];
+    let (mig, whole) = (&r["gpus"][0], &r["gpus"][1]);
+    assert_eq!(mig["mig"], true, "{mig}");
+    assert!(mig["energy_j"].as_f64().unwrap() > 0.0);
+    assert_eq!(mig["peak_memory_bytes"], Value::Null);
+    assert!(
+        mig["peak_memory_absent_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("MIG mode: NVML keeps no per-process accounting"),
+        "{mig}"
+    );
+    assert!(mig["notes"]
+        .to_string()
+        .contains("the energy is the whole GPU's"));
+    assert_eq!(whole.get("mig"), None, "not written for a whole GPU");
+    assert_eq!(
+        &whole["peak_memory_bytes"],
+        &s["gpus"][4]["accounting"]["processes"][0]["max_memory_bytes"]
+    );
+    assert_eq!(r["drained"], Value::Null);
+}

@@ -15,7 +15,12 @@ use gpu_health_testkit::Scontrol;
 
 #[test]
 fn healthy_scenarios_pass_and_write_verdicts() {
-    for s in ["h100x8-healthy", "a100x8-healthy", "l40sx4-pcie-only"] {
+    for s in [
+        "h100x8-healthy",
+        "a100x8-healthy",
+        "l40sx4-pcie-only",
+        "h100x8-mig",
+    ] {
         let n = Node::new(s);
         let r = n.prolog("101", "0,1,2,3");
         assert_eq!(r.code, 0, "{s}: {}", r.log);
@@ -69,9 +74,23 @@ fn warnings_reach_the_verdict_of_jobs_on_that_gpu_only() {
     n.prolog("104", "0,1");
     assert_eq!(n.verdict("104")["findings"], serde_json::json!([]));
 
+    // Links down from the first look (never active since boot): on
+    // record, no warning. Up once, then down: a warning.
     let n = Node::new("h100x8-nvlink-down");
     assert_eq!(n.prolog("105", "0-7").code, 0);
-    let f = &n.verdict("105")["findings"];
+    let f = n.verdict("105")["findings"].clone();
+    let kinds: Vec<(&str, &str)> = f
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| (x["check"].as_str().unwrap(), x["action"].as_str().unwrap()))
+        .collect();
+    assert_eq!(kinds, vec![("nvlink-unused", "info")], "{f}");
+    let n = Node::new("h100x8-healthy");
+    assert_eq!(n.prolog("106", "0-7").code, 0);
+    n.set_scenario("h100x8-nvlink-down");
+    assert_eq!(n.prolog("107", "0-7").code, 0);
+    let f = &n.verdict("107")["findings"];
     assert!(
         f.as_array()
             .unwrap()

@@ -4,7 +4,9 @@
 use super::CheckInput;
 use crate::config::Thresholds;
 use crate::finding::{Action, Finding};
-use crate::snapshot::{throttle, GpuSnapshot};
+use crate::snapshot::{throttle, GpuSnapshot, NvLinkState};
+
+use super::history::LinkHistory;
 
 fn label(g: &GpuSnapshot) -> String {
     match &g.pci_bus_id {
@@ -163,28 +165,51 @@ pub(super) fn pcie_link(g: &GpuSnapshot, out: &mut Vec<Finding>) {
     );
 }
 
-pub(super) fn nvlink(g: &GpuSnapshot, out: &mut Vec<Finding>) {
-    let down: Vec<String> = g
+/// Inactive NVLinks. One seen active earlier in this boot went down:
+/// warn (collective bandwidth drops). One never active since boot is a
+/// link the board does not use (some SKUs expose untrained links), or one
+/// that never came up: info, so that it is on record without warning
+/// every job.
+pub(super) fn nvlink(g: &GpuSnapshot, seen: &LinkHistory, out: &mut Vec<Finding>) {
+    let uuid = g.uuid.as_deref().unwrap_or("");
+    let (down, never): (Vec<&NvLinkState>, Vec<&NvLinkState>) = g
         .nvlinks
         .iter()
         .filter(|l| !l.active)
-        .map(|l| l.link.to_string())
-        .collect();
-    if down.is_empty() {
-        return;
-    }
+        .partition(|l| seen.was_active(uuid, l.link));
+    let list = |v: &[&NvLinkState]| {
+        v.iter()
+            .map(|l| l.link.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     let l = label(g);
-    push(
-        out,
-        g,
-        "nvlink",
-        Action::Warn,
-        format!("NVLink {} of {} inactive {l}", down.len(), g.nvlinks.len()),
-        format!(
-            "{l} NVLink links {} are inactive: collective bandwidth on this GPU is reduced",
-            down.join(",")
-        ),
-    );
+    if !down.is_empty() {
+        push(
+            out,
+            g,
+            "nvlink",
+            Action::Warn,
+            format!("NVLink {} of {} inactive {l}", down.len(), g.nvlinks.len()),
+            format!(
+                "{l} NVLink links {} went down since boot: collective bandwidth on this GPU is reduced",
+                list(&down)
+            ),
+        );
+    }
+    if !never.is_empty() {
+        push(
+            out,
+            g,
+            "nvlink-unused",
+            Action::Info,
+            format!("NVLink {} of {} never active {l}", never.len(), g.nvlinks.len()),
+            format!(
+                "{l} NVLink links {} have not been active since boot (unused on this board, or never trained)",
+                list(&never)
+            ),
+        );
+    }
 }
 
 pub(super) fn temperature(g: &GpuSnapshot, t: &Thresholds, out: &mut Vec<Finding>) {

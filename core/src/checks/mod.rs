@@ -12,7 +12,7 @@ use crate::config::Config;
 use crate::finding::Finding;
 use crate::snapshot::NodeSnapshot;
 
-pub use history::EccHistory;
+pub use history::{EccHistory, LinkHistory};
 pub use job::leftovers;
 
 /// Everything the checks may read.
@@ -21,6 +21,8 @@ pub struct CheckInput<'a> {
     pub config: &'a Config,
     /// Corrected-ECC samples from earlier runs (before this snapshot).
     pub history: &'a EccHistory,
+    /// NVLinks seen active since this boot by earlier runs.
+    pub links: &'a LinkHistory,
     /// Unix ms of this run.
     pub now_ms: u64,
     /// `Some(k)`: this run sees the node from inside a job's cgroup (a
@@ -44,7 +46,7 @@ pub fn evaluate(input: &CheckInput<'_>) -> Vec<Finding> {
         gpu::remapped_rows(g, &mut out);
         gpu::retired_pages(g, &mut out);
         gpu::pcie_link(g, &mut out);
-        gpu::nvlink(g, &mut out);
+        gpu::nvlink(g, input.links, &mut out);
         gpu::temperature(g, &input.config.thresholds, &mut out);
         gpu::power_limit(g, &input.config.thresholds, &mut out);
         gpu::clock_events(g, &mut out);

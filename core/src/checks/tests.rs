@@ -1,4 +1,5 @@
 use super::*;
+use crate::checks::LinkHistory;
 use crate::config::Config;
 use crate::finding::Action;
 use crate::snapshot::*;
@@ -50,12 +51,33 @@ fn run(snap: &NodeSnapshot) -> Vec<Finding> {
     run_with(snap, &Config::default(), &EccHistory::default())
 }
 
+/// Every link of the healthy node seen active earlier in this boot.
+fn links_seen() -> LinkHistory {
+    let mut h = LinkHistory::default();
+    let healthy = healthy();
+    h.record(healthy.gpus.iter().flat_map(|g| {
+        let uuid = g.uuid.as_deref().unwrap_or("");
+        g.nvlinks.iter().map(move |l| (uuid, l.link))
+    }));
+    h
+}
+
 fn run_with(snap: &NodeSnapshot, config: &Config, history: &EccHistory) -> Vec<Finding> {
+    run_seen(snap, config, history, &links_seen())
+}
+
+fn run_seen(
+    snap: &NodeSnapshot,
+    config: &Config,
+    history: &EccHistory,
+    links: &LinkHistory,
+) -> Vec<Finding> {
     evaluate(&CheckInput {
         job_view: None,
         snapshot: snap,
         config,
         history,
+        links,
         now_ms: NOW,
     })
 }
@@ -147,6 +169,7 @@ fn a_prolog_inside_the_jobs_cgroup_counts_only_what_it_can_see() {
             snapshot: &s,
             config: &Config::default(),
             history: &EccHistory::default(),
+            links: &links_seen(),
             now_ms: NOW,
         })
     };
@@ -318,4 +341,61 @@ fn history_reports_whether_it_changed() {
     // A counter that went back restarts the series.
     assert!(h.record([("g".to_string(), 1)], NOW));
     assert_eq!(h.gpus["g"], vec![(NOW, 1)]);
+}
+
+/// A link never active since boot is on record (info) but warns nobody; a
+/// link seen active earlier in this boot that is down now warns; a new
+/// boot forgets what was seen.
+#[test]
+fn nvlinks_never_active_since_boot_do_not_warn() {
+    let mut s = healthy();
+    s.gpus[0].nvlinks[3].active = false;
+    s.gpus[0].nvlinks[17].active = false;
+    let cfg = Config::default();
+    let ecc = EccHistory::default();
+    let mut seen = LinkHistory::default().for_boot("boot-1");
+    // Links 0-16 of GPU0 were seen up (17 never), every link of the others.
+    seen.record(s.gpus.iter().flat_map(|g| {
+        let uuid = g.uuid.as_deref().unwrap_or("");
+        g.nvlinks
+            .iter()
+            .filter(move |l| !(g.index == 0 && l.link == 17))
+            .map(move |l| (uuid, l.link))
+    }));
+    let f = run_seen(&s, &cfg, &ecc, &seen);
+    let got: Vec<(&str, Action, &str)> = f
+        .iter()
+        .map(|f| (f.check.as_str(), f.action, f.summary.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                "nvlink",
+                Action::Warn,
+                "NVLink 1 of 18 inactive GPU0 0000:18:00.0"
+            ),
+            (
+                "nvlink-unused",
+                Action::Info,
+                "NVLink 1 of 18 never active GPU0 0000:18:00.0"
+            ),
+        ]
+    );
+    assert!(
+        f[0].message.contains("links 3 went down since boot"),
+        "{}",
+        f[0].message
+    );
+    // After a reboot nothing was seen yet: both are only on record.
+    let rebooted = seen.for_boot("boot-2");
+    let f = run_seen(&s, &cfg, &ecc, &rebooted);
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(
+        (f[0].check.as_str(), f[0].action),
+        ("nvlink-unused", Action::Info)
+    );
+    assert!(f[0]
+        .message
+        .contains("links 3,17 have not been active since boot"));
 }

@@ -225,6 +225,7 @@ fn probe_device(dev: &mut Device<'_>, index: u32, opts: ProbeOptions) -> GpuSnap
         accounting_mode,
         accounted_processes,
         fabric: read_fabric(&mut r, dev),
+        mig_mode: r.get("mig mode", dev.mig_mode()).map(|m| m.current == 1),
         recovery_action: r
             .get(
                 "recovery action",

@@ -156,6 +156,7 @@ fn gpu_record(
         .or_else(|| before.and_then(|g| g.pci.clone()));
     rec.name = now.and_then(|g| g.name.clone());
     rec.memory_total_bytes = now.and_then(|g| g.memory_total_bytes);
+    rec.mig = now.is_some_and(|g| g.mig_mode == Some(true));
     // One reason shared by every figure that needs both snapshots.
     let unpaired: Option<String> = match (at_start, before, now) {
         (None, _, _) => Some(NO_START.into()),
@@ -184,6 +185,11 @@ fn gpu_record(
     };
     match energy_j(b.energy_mj, n.energy_mj) {
         Ok(j) => {
+            if rec.mig {
+                rec.notes.push(
+                    "MIG mode: the energy is the whole GPU's, shared by its MIG instances".into(),
+                );
+            }
             rec.energy_j = Some(j);
             rec.mean_power_w = mean_power_w(j, start.taken_at_ms, end.taken_at_ms);
         }
@@ -351,6 +357,12 @@ pub fn peak_memory(
     start_ms: u64,
     end_ms: u64,
 ) -> Result<u64, String> {
+    if end.mig_mode == Some(true) {
+        return Err(
+            "MIG mode: NVML keeps no per-process accounting on a GPU in MIG mode, so no peak memory"
+                .into(),
+        );
+    }
     match (accounting_at_start, end.accounting_mode) {
         (Some(false), _) => {
             return Err(

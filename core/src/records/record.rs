@@ -72,6 +72,10 @@ pub struct GpuRecord {
     /// the job was close to running out (see `gpu-health report --near-oom`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub near_oom: bool,
+    /// The GPU was in MIG mode at job end: no peak memory (NVML keeps no
+    /// accounting there), and the energy is the whole GPU's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mig: bool,
     /// Mean share of time the GPU's SMs / its memory were busy for the
     /// job's processes (NVML accounting statistics, weighted by each
     /// process's run time), in percent.

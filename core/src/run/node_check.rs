@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::checks::{self, CheckInput, EccHistory};
+use crate::checks::{self, CheckInput, EccHistory, LinkHistory};
 use crate::finding::{Action, Finding};
 use crate::ops::escalation::{self, ReturnHistory};
 use crate::ops::pending::{PendingDrain, RunView};
@@ -16,6 +16,9 @@ use crate::state::StateFile;
 use crate::xid::{self, ScanOutcome, XidState};
 
 use super::RunContext;
+
+/// The kernel's id of this boot: the NVLink history holds for one boot.
+const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 
 /// Everything one check run learned.
 pub struct NodeCheck {
@@ -27,6 +30,9 @@ pub struct NodeCheck {
     pub history: EccHistory,
     /// The saved ECC history was missing or unusable: rewrite it.
     pub history_stale: bool,
+    /// The NVLinks seen active since this boot, this run's included after
+    /// [`commit`].
+    pub links: LinkHistory,
     pub xid: ScanOutcome,
     /// What `StateFile::PendingDrain` held (for the run's update of it).
     pub pending: Option<PendingDrain>,
@@ -56,10 +62,22 @@ pub fn check_node_seen(ctx: &RunContext, opts: ProbeOptions, job_view: Option<us
             (EccHistory::default(), true)
         }
     };
+    let boot_id = std::fs::read_to_string(BOOT_ID)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let links = match ctx.state.load::<LinkHistory>(StateFile::NvlinkHistory) {
+        Ok(h) => h.unwrap_or_default(),
+        Err(e) => {
+            log::warn!("NVLink history unusable, starting a new one: {e}");
+            LinkHistory::default()
+        }
+    }
+    .for_boot(&boot_id);
     let mut findings = checks::evaluate(&CheckInput {
         snapshot: &snapshot,
         config: cfg,
         history: &history,
+        links: &links,
         now_ms: ctx.now_ms,
         job_view,
     });
@@ -91,6 +109,7 @@ pub fn check_node_seen(ctx: &RunContext, opts: ProbeOptions, job_view: Option<us
         fresh_fault,
         history,
         history_stale,
+        links,
         xid,
         pending: None,
     }
@@ -175,6 +194,18 @@ pub fn commit(ctx: &RunContext, check: &mut NodeCheck, handled: bool) {
     if check.history.record(samples, ctx.now_ms) || check.history_stale {
         if let Err(e) = ctx.state.save(StateFile::EccHistory, &check.history) {
             log::error!("cannot save the ECC history: {e}");
+        }
+    }
+    let active = check.snapshot.gpus.iter().flat_map(|g| {
+        let uuid = g.uuid.as_deref();
+        g.nvlinks
+            .iter()
+            .filter(|l| l.active)
+            .filter_map(move |l| Some((uuid?, l.link)))
+    });
+    if check.links.record(active) {
+        if let Err(e) = ctx.state.save(StateFile::NvlinkHistory, &check.links) {
+            log::error!("cannot save the NVLink history: {e}");
         }
     }
     if let Err(e) = ctx.state.save(StateFile::NodeSnapshot, &check.snapshot) {

@@ -23,6 +23,8 @@ pub enum StateFile {
     KernelLogCursor,
     /// Corrected-ECC samples for the growth-rate check.
     EccHistory,
+    /// The NVLinks seen active since this boot.
+    NvlinkHistory,
     /// The latest node snapshot (the SPANK plugin reads its topology).
     NodeSnapshot,
     /// The drain gpu-health made on this node.
@@ -60,6 +62,7 @@ impl StateFile {
         match self {
             StateFile::KernelLogCursor => "kernel-log-cursor.json".into(),
             StateFile::EccHistory => "ecc-history.json".into(),
+            StateFile::NvlinkHistory => "nvlink-history.json".into(),
             StateFile::NodeSnapshot => "node-snapshot.json".into(),
             StateFile::DrainRecord => "drain.json".into(),
             StateFile::PendingDrain => "pending-drain.json".into(),

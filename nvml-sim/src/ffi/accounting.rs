@@ -13,6 +13,15 @@ use std::os::raw::c_uint;
 /// NVML_VALUE_NOT_AVAILABLE as an unsigned long long.
 const NOT_AVAILABLE_U64: u64 = u64::MAX;
 
+/// A GPU in MIG mode keeps no accounting statistics: every accounting
+/// call answers NOT_SUPPORTED, as NVML does.
+fn outside_mig(gpu: &Gpu) -> Result<(), NvmlReturn> {
+    match &gpu.spec.mig_mode {
+        Some(m) if m.current == 1 => Err(NVML_ERROR_NOT_SUPPORTED),
+        _ => Ok(()),
+    }
+}
+
 fn accounting_on(gpu: &Gpu) -> bool {
     runtime::accounting_override(gpu.position).unwrap_or(gpu.spec.accounting.enabled)
 }
@@ -23,6 +32,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingMode(
     mode: *mut c_uint,
 ) -> NvmlReturn {
     on_device("nvmlDeviceGetAccountingMode", device, |_, g| {
+        outside_mig(g)?;
         put(mode, enable_state(accounting_on(g)))
     })
 }
@@ -35,6 +45,7 @@ pub unsafe extern "C" fn nvmlDeviceSetAccountingMode(
     mode: c_uint,
 ) -> NvmlReturn {
     on_device("nvmlDeviceSetAccountingMode", device, |_, g| {
+        outside_mig(g)?;
         let enabled = match mode {
             NVML_FEATURE_DISABLED => false,
             NVML_FEATURE_ENABLED => true,
@@ -51,6 +62,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingBufferSize(
     size: *mut c_uint,
 ) -> NvmlReturn {
     on_device("nvmlDeviceGetAccountingBufferSize", device, |_, g| {
+        outside_mig(g)?;
         if !accounting_on(g) {
             return Err(NVML_ERROR_NOT_SUPPORTED);
         }
@@ -67,6 +79,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingPids(
     pids: *mut c_uint,
 ) -> NvmlReturn {
     on_device("nvmlDeviceGetAccountingPids", device, |_, g| {
+        outside_mig(g)?;
         if !accounting_on(g) {
             return Err(NVML_ERROR_NOT_SUPPORTED);
         }
@@ -100,6 +113,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingStats(
     stats: *mut NvmlAccountingStats,
 ) -> NvmlReturn {
     on_device("nvmlDeviceGetAccountingStats", device, |_, g| {
+        outside_mig(g)?;
         if !accounting_on(g) {
             return Err(NVML_ERROR_NOT_SUPPORTED);
         }

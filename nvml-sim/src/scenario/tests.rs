@@ -125,7 +125,7 @@ fn every_shipped_scenario_resolves() {
         Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
         seen += 1;
     }
-    assert_eq!(seen, 14);
+    assert_eq!(seen, 15);
 }
 
 #[test]

@@ -118,21 +118,6 @@ pub fn build_record(start: Result<&JobStart, String>, end: JobEnd<'_>) -> JobRec
     }
 }
 
-/// Flag the GPUs whose peak memory reached `share` of their memory;
-/// returns the flagged GPUs' indices.
-pub fn flag_near_oom(record: &mut JobRecord, share: f64) -> Vec<u32> {
-    let mut flagged = Vec::new();
-    for g in &mut record.gpus {
-        if let (Some(peak), Some(total)) = (g.peak_memory_bytes, g.memory_total_bytes) {
-            if super::near_oom::is_near_oom(peak, total, share) {
-                g.near_oom = true;
-                flagged.push(g.index);
-            }
-        }
-    }
-    flagged
-}
-
 /// `at_start`: the start snapshot and this GPU's counters in it, if any.
 fn gpu_record(
     index: u32,

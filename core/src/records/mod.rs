@@ -22,11 +22,11 @@ mod summary;
 
 pub use compute::{
     build_record, counter_delta, delta_findings, describe_nvml_failure, during_job, energy_j,
-    flag_near_oom, mean_power_w, peak_memory, peak_power, JobEnd, JobMeta, NO_START,
+    mean_power_w, peak_memory, peak_power, JobEnd, JobMeta, NO_START,
 };
 pub use job_power::{sample_running_jobs, GpuPeak, PowerPeaks, TotalPeak, PEAKS_VERSION};
 pub use near_oom::{
-    is_near_oom, near_oom_since, step_notice, NearOomGpu, REMEDIES, REMEDIES_SHORT,
+    flag_near_oom, is_near_oom, near_oom_since, step_notice, NearOomGpu, REMEDIES, REMEDIES_SHORT,
 };
 pub use prometheus::{
     refresh_live as refresh_prometheus_live, render as render_prometheus,

@@ -6,6 +6,7 @@
 use crate::snapshot::NodeSnapshot;
 
 use super::compute::peak_memory;
+use super::record::JobRecord;
 use super::summary::memory_pct;
 
 /// What to try, in the order that costs the least.
@@ -23,6 +24,21 @@ DeepSpeed ZeRO 2/3 or FSDP with CPU offload, a smaller micro-batch with gradient
 /// Pure: whether `peak` reached `share` of `total`.
 pub fn is_near_oom(peak: u64, total: u64, share: f64) -> bool {
     total > 0 && peak as f64 >= share * total as f64
+}
+
+/// Flag the GPUs whose peak memory reached `share` of their memory;
+/// returns the flagged GPUs' indices.
+pub fn flag_near_oom(record: &mut JobRecord, share: f64) -> Vec<u32> {
+    let mut flagged = Vec::new();
+    for g in &mut record.gpus {
+        if let (Some(peak), Some(total)) = (g.peak_memory_bytes, g.memory_total_bytes) {
+            if is_near_oom(peak, total, share) {
+                g.near_oom = true;
+                flagged.push(g.index);
+            }
+        }
+    }
+    flagged
 }
 
 /// One GPU that came near its memory during a window (a step).

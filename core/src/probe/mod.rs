@@ -22,6 +22,17 @@ pub fn seen_from_job(job: u32) -> bool {
     in_job_cgroup(Path::new("/proc/self/cgroup"), job)
 }
 
+/// For a run that may sit in job `job`'s cgroup (PrologFlags=RunInJob runs
+/// the Epilog there too; the plugin's step-end runs under slurmstepd):
+/// NVML then numbers only the job's GPUs, while SLURM_JOB_GPUS uses the
+/// node's numbers, so renumber the snapshot as the node does.
+pub fn number_as_on_node_in_job(snapshot: &mut NodeSnapshot, sysfs_root: &Path, job: u32) {
+    if seen_from_job(job) {
+        snapshot.pci_gpus = sysfs::nvidia_gpus_on_pci(sysfs_root);
+        snapshot.number_as_on_node();
+    }
+}
+
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;

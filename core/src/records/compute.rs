@@ -299,33 +299,28 @@ fn node_peak_power(
     job_gpus: &[u32],
     checks: Option<&PowerPeaks>,
 ) -> Option<f64> {
-    let mut peaks = PowerPeaks::default();
     let sum = |mws: Vec<Option<u32>>| -> Option<u64> {
         mws.into_iter()
             .flatten()
             .map(u64::from)
             .reduce(|a, b| a + b)
     };
-    if let Ok(s) = start {
-        let at_start = job_gpus
+    let at_start = start.as_ref().ok().and_then(|s| {
+        sum(job_gpus
             .iter()
             .map(|&i| s.gpu(i).and_then(|g| g.power_mw))
-            .collect();
-        if let Some(mw) = sum(at_start) {
-            peaks.add_total(mw, s.taken_at_ms);
-        }
-    }
-    if let Some(t) = checks.and_then(|c| c.total) {
-        peaks.add_total(t.max_mw, t.at_ms);
-    }
-    let at_end = job_gpus
+            .collect())
+    });
+    let at_checks = checks.and_then(|c| c.total).map(|t| t.max_mw);
+    let at_end = sum(job_gpus
         .iter()
         .map(|&i| end.gpu_by_index(i).and_then(|g| g.power_usage_mw))
-        .collect();
-    if let Some(mw) = sum(at_end) {
-        peaks.add_total(mw, end.taken_at_ms);
-    }
-    peaks.total.map(|t| t.max_mw as f64 / 1000.0)
+        .collect());
+    [at_start, at_checks, at_end]
+        .into_iter()
+        .flatten()
+        .max()
+        .map(|mw| mw as f64 / 1000.0)
 }
 
 /// Mean power over the interval between the two counter readings.

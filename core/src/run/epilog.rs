@@ -86,13 +86,7 @@ fn finish_job(ctx: &RunContext, job: &JobEnv, meta: &JobMeta) -> EpilogOutcome {
     };
     let deadline = Duration::from_millis(cfg.nvml_deadline_ms);
     let mut snapshot = probe::probe_with_deadline(cfg.nvml_library.as_deref(), opts, deadline);
-    if probe::seen_from_job(job_id.get()) {
-        // PrologFlags=RunInJob runs the Epilog in the job's cgroup too,
-        // where NVML numbers only the job's GPUs; SLURM_JOB_GPUS uses the
-        // node's numbers.
-        snapshot.pci_gpus = probe::sysfs::nvidia_gpus_on_pci(&cfg.sysfs_root);
-        snapshot.number_as_on_node();
-    }
+    probe::number_as_on_node_in_job(&mut snapshot, &cfg.sysfs_root, job_id.get());
     let xids = job_xids(cfg, &snapshot, &start, &job_gpus, ctx.now_ms);
     let power_peaks = match ctx
         .state

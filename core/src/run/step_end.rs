@@ -42,11 +42,8 @@ pub fn run(ctx: &RunContext, step: &EndedStep) -> Option<String> {
         log::info!("step {}: no near-OOM figures: {e:?}", step.step);
         return None;
     }
-    if step.job_id.is_some_and(|j| probe::seen_from_job(j.get())) {
-        // In the job's cgroup NVML numbers only the job's GPUs (as in the
-        // epilog): number them as the node does.
-        snapshot.pci_gpus = probe::sysfs::nvidia_gpus_on_pci(&cfg.sysfs_root);
-        snapshot.number_as_on_node();
+    if let Some(job) = step.job_id {
+        probe::number_as_on_node_in_job(&mut snapshot, &cfg.sysfs_root, job.get());
     }
     let share = cfg.thresholds.near_oom_share;
     let found = near_oom_since(&snapshot, &step.gpus, step.since_ms, ctx.now_ms, share);

@@ -32,6 +32,10 @@ pub enum SlurmError {
     BudgetSpent { budget_ms: u64 },
 }
 
+/// What a brake claim's Comment starts with; the stamp (unix ms of the
+/// claiming node's clock) follows.
+pub const CLAIM_PREFIX: &str = "gpu-health-claim:";
+
 /// Output kept from a command (bounded: a huge cluster listing is cut).
 const MAX_OUTPUT: usize = 8 << 20;
 
@@ -57,21 +61,47 @@ impl<'a> Scontrol<'a> {
         self.deadline.saturating_duration_since(Instant::now())
     }
 
-    /// Drain `node` with `reason` (which must be one of ours).
-    pub fn drain(&self, node: &NodeName, reason: &str) -> Result<(), SlurmError> {
+    /// Drain `node` with `reason` (which must be one of ours). With
+    /// `clear_claim` the same update clears the brake's claim (the node's
+    /// Comment, see [`Scontrol::claim`]): claim and drain never coexist.
+    pub fn drain(
+        &self,
+        node: &NodeName,
+        reason: &str,
+        clear_claim: bool,
+    ) -> Result<(), SlurmError> {
         if !is_own_reason(reason) || reason.contains(['\n', '\r']) {
             return Err(SlurmError::BadArgument {
                 what: "reason",
                 value: reason.to_string(),
             });
         }
+        let node_arg = format!("NodeName={node}");
+        let reason_arg = format!("Reason={reason}");
+        let mut args = vec!["update", &node_arg, "State=DRAIN", &reason_arg];
+        if clear_claim {
+            args.push("Comment=");
+        }
+        self.run(&args).map(drop)
+    }
+
+    /// The drain brake's claim: `Comment=gpu-health-claim:<stamp_ms>` on
+    /// `node` (one update; the state and reason are untouched). Every
+    /// node that drains through the brake claims first, so racing nodes
+    /// see each other before any of them drains.
+    pub fn claim(&self, node: &NodeName, stamp_ms: u64) -> Result<(), SlurmError> {
         self.run(&[
             "update",
             &format!("NodeName={node}"),
-            "State=DRAIN",
-            &format!("Reason={reason}"),
+            &format!("Comment={CLAIM_PREFIX}{stamp_ms}"),
         ])
         .map(drop)
+    }
+
+    /// Withdraw this node's claim (an empty Comment).
+    pub fn release_claim(&self, node: &NodeName) -> Result<(), SlurmError> {
+        self.run(&["update", &format!("NodeName={node}"), "Comment="])
+            .map(drop)
     }
 
     /// Return `node` to service. Callers check ownership of the drain first.
@@ -129,6 +159,9 @@ pub struct NodeInfo {
     /// strings; the drain brake ranks drains by them).
     pub reason_time: Option<String>,
     pub partitions: Vec<String>,
+    /// The drain brake's claim on this node (`Comment=gpu-health-claim:<ms>`):
+    /// the claiming node's clock in unix ms.
+    pub claim_ms: Option<u64>,
 }
 
 impl NodeInfo {
@@ -149,27 +182,21 @@ impl NodeInfo {
                     .collect()
             })
             .unwrap_or_default();
-        // Reason is last; Slurm appends " [user@time]".
         let (reason, reason_time) = match line.find(" Reason=") {
             None => (None, None),
-            Some(i) => {
-                let r = line[i + " Reason=".len()..].trim_end();
-                match (r.strip_suffix(']'), r.rfind(" [")) {
-                    (Some(inner), Some(j)) => {
-                        let stamp = &inner[j + 2..];
-                        let time = stamp.rsplit_once('@').map_or(stamp, |(_, t)| t);
-                        (Some(r[..j].to_string()), Some(time.to_string()))
-                    }
-                    _ => (Some(r.to_string()), None),
-                }
-            }
+            Some(i) => split_reason(&line[i + " Reason=".len()..]),
         };
+        let claim_ms = line
+            .split_whitespace()
+            .find_map(|t| t.strip_prefix("Comment=")?.strip_prefix(CLAIM_PREFIX))
+            .and_then(|ms| ms.parse().ok());
         Some(NodeInfo {
             name,
             state,
             reason: reason.filter(|r| !r.is_empty() && r != "(null)"),
             reason_time,
             partitions,
+            claim_ms,
         })
     }
 
@@ -183,6 +210,43 @@ impl NodeInfo {
     pub fn drained_by_us(&self) -> bool {
         self.is_drained() && self.reason.as_deref().is_some_and(is_own_reason)
     }
+}
+
+/// The fields `scontrol show node -o` may print after the reason.
+const AFTER_REASON: [&str; 5] = [
+    " Comment=",
+    " Extra=",
+    " InstanceId=",
+    " InstanceType=",
+    " ReservationName=",
+];
+
+/// `text [user@time] Comment=...` -> the reason and its time. Slurm puts
+/// the reason's stamp right after it, and the optional Comment, Extra,
+/// ... fields after that; without a stamp the reason ends at the first of
+/// those fields.
+fn split_reason(rest: &str) -> (Option<String>, Option<String>) {
+    let mut from = 0;
+    while let Some(j) = rest[from..].find(" [").map(|j| j + from) {
+        let inner_end = rest[j + 2..].find(']').map(|k| k + j + 2);
+        if let Some(end) = inner_end {
+            let stamp = &rest[j + 2..end];
+            let after = &rest[end + 1..];
+            let ends_here =
+                after.trim_end().is_empty() || AFTER_REASON.iter().any(|k| after.starts_with(k));
+            if ends_here && !stamp.contains(char::is_whitespace) {
+                let time = stamp.rsplit_once('@').map_or(stamp, |(_, t)| t);
+                return (Some(rest[..j].to_string()), Some(time.to_string()));
+            }
+        }
+        from = j + 2;
+    }
+    let end = AFTER_REASON
+        .iter()
+        .filter_map(|k| rest.find(k))
+        .min()
+        .unwrap_or(rest.len());
+    (Some(rest[..end].trim_end().to_string()), None)
 }
 
 #[cfg(test)]
@@ -211,6 +275,41 @@ mod tests {
         assert!(NodeInfo::parse("garbage").is_none());
     }
 
+    #[test]
+    fn reason_ends_before_comment_and_extra() {
+        // As 22.05 and 24.11 print them: the reason's stamp, then the
+        // optional Comment and Extra.
+        let l = "NodeName=n4 State=IDLE+DRAIN Partitions=gpu \
+                 Reason=gpu-health: Xid 79 GPU3 (drain) [root@2026-11-29T14:00:01] \
+                 Comment=RMA ticket [ops@x] 42 Extra=rack=7";
+        let n = NodeInfo::parse(l).unwrap();
+        assert_eq!(n.reason.as_deref(), Some("gpu-health: Xid 79 GPU3 (drain)"));
+        assert_eq!(n.reason_time.as_deref(), Some("2026-11-29T14:00:01"));
+        assert_eq!(n.claim_ms, None, "an admin's comment is no claim");
+        let claimed = NodeInfo::parse(
+            "NodeName=n5 State=MIXED Partitions=gpu Comment=gpu-health-claim:1764590000123",
+        )
+        .unwrap();
+        assert_eq!(claimed.claim_ms, Some(1_764_590_000_123));
+        assert_eq!(claimed.reason, None);
+        let both = NodeInfo::parse(
+            "NodeName=n6 State=IDLE Reason=admin: cables [root@2026-11-29T14:00:01] \
+             Comment=gpu-health-claim:17",
+        )
+        .unwrap();
+        assert_eq!(both.reason.as_deref(), Some("admin: cables"));
+        assert_eq!(both.claim_ms, Some(17));
+        // No stamp: the reason still ends at the next field.
+        let bare = NodeInfo::parse("NodeName=n7 State=DOWN Reason=broken Extra=x").unwrap();
+        assert_eq!(
+            (bare.reason.as_deref(), bare.reason_time),
+            (Some("broken"), None)
+        );
+        let garbled =
+            NodeInfo::parse("NodeName=n8 State=IDLE Comment=gpu-health-claim:12x").unwrap();
+        assert_eq!(garbled.claim_ms, None);
+    }
+
     fn node(n: &str) -> NodeName {
         NodeName::parse(n).unwrap()
     }
@@ -219,14 +318,14 @@ mod tests {
     fn refuses_foreign_reasons() {
         let s = Scontrol::new(Path::new("/bin/true"), Duration::from_secs(2));
         assert!(matches!(
-            s.drain(&node("n1"), "admin: x"),
+            s.drain(&node("n1"), "admin: x", false),
             Err(SlurmError::BadArgument { .. })
         ));
         assert!(matches!(
-            s.drain(&node("n1"), "gpu-health: x\nNodeName=n2"),
+            s.drain(&node("n1"), "gpu-health: x\nNodeName=n2", true),
             Err(SlurmError::BadArgument { .. })
         ));
-        assert!(s.drain(&node("n1"), "gpu-health: x (drain)").is_ok());
+        assert!(s.drain(&node("n1"), "gpu-health: x (drain)", true).is_ok());
     }
 
     #[test]

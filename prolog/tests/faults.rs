@@ -179,9 +179,10 @@ fn scontrol_failing_or_hanging() {
     ] {
         let n = Node::new("h100x8-dbe");
         let s = n.script(name, body);
-        // Brake on (the default): the node count cannot be read, so the
-        // brake fails safe and nothing is drained; the job is warned.
-        n.write_dropin(&format!("scontrol = {s:?}\nscontrol_timeout_ms = 500\n"));
+        // Brake on (the default): the claim cannot be made, so the brake
+        // fails safe and nothing is drained; the job is warned. The
+        // default budget leaves room for the claim's wait.
+        n.write_dropin(&format!("scontrol = {s:?}\nscontrol_timeout_ms = 2500\n"));
         let r = n.prolog("212", "3");
         assert!(
             r.elapsed < Duration::from_secs(5),

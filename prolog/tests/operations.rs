@@ -125,7 +125,7 @@ fn brake_fails_safe_without_slurm_and_the_job_is_warned() {
     let r = n.job("201", "3", "warn");
     assert_eq!(r.code, 0, "held back: the job runs, warned: {}", r.log);
     assert!(
-        r.log.contains("cannot count drained nodes") && r.log.contains("not draining (fail safe)"),
+        r.log.contains("cannot claim a drain") && r.log.contains("not draining (fail safe)"),
         "{}",
         r.log
     );

@@ -130,7 +130,8 @@ impl SimNode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scontrol {
     /// Answers like a slurmctld with one node, `n1`, in partition `gpu`:
-    /// `show node` lists it, `update ... State=DRAIN|RESUME` changes it.
+    /// `show node` lists it, `update ... State=DRAIN|RESUME` changes it,
+    /// `Comment=` (the drain brake's claim) is kept and shown.
     Works,
     /// Exits 1 with a message, as when slurmctld is down.
     Fails,
@@ -158,13 +159,21 @@ impl SimNode {
                 r#"echo "$*" >> "{dir}/scontrol.calls"
 case "$1 $2" in
 "show node")
+    comment=""
+    [ -f "{dir}/scontrol.comment" ] && comment=" Comment=$(cat "{dir}/scontrol.comment")"
     if [ -f "{dir}/scontrol.reason" ]; then
-        echo "NodeName=n1 Arch=x86_64 State=IDLE+DRAIN Partitions=gpu Reason=$(cat "{dir}/scontrol.reason") [root@2026-12-01T00:00:00]"
+        echo "NodeName=n1 Arch=x86_64 State=IDLE+DRAIN Partitions=gpu Reason=$(cat "{dir}/scontrol.reason") [root@2026-12-01T00:00:00]$comment"
     else
-        echo "NodeName=n1 Arch=x86_64 State=IDLE Partitions=gpu"
+        echo "NodeName=n1 Arch=x86_64 State=IDLE Partitions=gpu$comment"
     fi
     exit 0 ;;
 "update NodeName=n1")
+    for arg in "$@"; do
+        case "$arg" in
+        Comment=) rm -f "{dir}/scontrol.comment" ;;
+        Comment=*) printf '%s' "${{arg#Comment=}}" > "{dir}/scontrol.comment" ;;
+        esac
+    done
     case "$3" in
     State=DRAIN) printf '%s' "${{4#Reason=}}" > "{dir}/scontrol.reason" ;;
     State=RESUME) rm -f "{dir}/scontrol.reason" ;;

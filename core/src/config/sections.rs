@@ -30,9 +30,9 @@ pub struct BrakeConfig {
     /// 4-node partition can still lose its one broken node).
     pub min_drainable: u32,
     pub scope: BrakeScope,
-    /// The confirming count waits for the end of the second in which the
-    /// drain was made (Slurm stamps reasons to the second) plus this much,
-    /// which covers clock skew between this node and slurmctld.
+    /// The look at the node table waits `brake::CLAIM_RPC_LIMIT_MS` plus
+    /// this much after the node's claim: it covers clock skew between
+    /// nodes (claims are stamped by each node's clock).
     pub settle_ms: u64,
 }
 

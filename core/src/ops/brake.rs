@@ -2,18 +2,26 @@
 //! of a partition (or the cluster) at once. A driver bug or a bad policy
 //! line then costs a few nodes, not the cluster.
 //!
-//! Two checks, both on the failing path only:
-//! 1. before draining, count the nodes already drained with a
-//!    `gpu-health:` reason in scope ([`pre_check`]);
-//! 2. after draining, wait until the next full second plus
-//!    `settle_ms` (`[brake]`) and count again ([`post_check`]): nodes
-//!    that fail together (a health check runs on every node at the same
-//!    moment, a broken rule fails every prolog of a 64-node job) all passed
-//!    step 1. The drains are ranked by the time slurmctld stamped on their
-//!    reason (then by name); a node outside the first `allowed` undoes its
-//!    own drain. Every drain stamped at or before ours has reached
-//!    slurmctld once the second of our stamp is over, so every racing node
-//!    computes the same ranking.
+//! Claim, look, then drain (the run in `ops::drain`, the ranking here):
+//! 1. the node writes a claim into its Slurm Comment,
+//!    `gpu-health-claim:<unix ms>` (one update; state and reason
+//!    untouched), and gives up if that update took longer than
+//!    [`CLAIM_RPC_LIMIT_MS`];
+//! 2. it waits until [`CLAIM_RPC_LIMIT_MS`] + `settle_ms` after its stamp
+//!    and reads the node table once;
+//! 3. [`rank`]: its place is the number of gpu-health drains in scope plus
+//!    the live claims that came before its own (by stamp, then name). Below
+//!    the allowed count it drains, clearing the claim in the same update;
+//!    otherwise it withdraws the claim and stays in service.
+//!
+//! Why the bound holds by construction: every claim that ranks before
+//! ours was stamped no later than ours and reached slurmctld within
+//! [`CLAIM_RPC_LIMIT_MS`] of its stamp, so it is in our table (as a claim,
+//! or as a drain once its node converted it: one update does both). The
+//! last node to drain therefore counted every other drain of the storm,
+//! and gpu-health's drains in scope never exceed the allowed count, not
+//! even for a moment. This rests on the nodes' clocks agreeing within
+//! `settle_ms` (NTP keeps them within milliseconds).
 
 use crate::config::{BrakeConfig, BrakeScope};
 use crate::slurm::NodeInfo;
@@ -41,68 +49,69 @@ fn in_scope<'a>(cfg: &BrakeConfig, nodes: &'a [NodeInfo], node: &str) -> Vec<&'a
         .collect()
 }
 
+/// The claim update must have completed this soon after its stamp, or the
+/// node gives up (a slower claim might be missed by a node that looks
+/// earlier).
+pub const CLAIM_RPC_LIMIT_MS: u64 = 1_000;
+
+/// A claim older than this (against our own stamp) is void: its node
+/// converted or withdrew it long ago, or died. A claiming node never
+/// drains later than this minus `settle_ms` after its stamp.
+pub const CLAIM_LIFETIME_MS: u64 = 10_000;
+
 /// What the brake says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BrakeVerdict {
     Drain,
-    /// Do not drain (before) or undo our drain (after); the text says why.
+    /// Do not drain; the text says why.
     Hold(String),
 }
 
-/// Before draining `node`: would one more gpu-health drain exceed the share?
-pub fn pre_check(cfg: &BrakeConfig, nodes: &[NodeInfo], node: &str) -> BrakeVerdict {
+/// After claiming at `my_stamp_ms` and waiting: may `node` drain? Its
+/// place is every gpu-health drain in scope plus every live claim that came
+/// before its own (by stamp, then name). A claim on a node that is
+/// drained does not count: a gpu-health drain counts as a drain already,
+/// and a node drained by someone else withdraws its claim.
+pub fn rank(cfg: &BrakeConfig, nodes: &[NodeInfo], node: &str, my_stamp_ms: u64) -> BrakeVerdict {
     let scope = in_scope(cfg, nodes, node);
     let total = scope.len().max(1);
     let allowed = allowed(cfg, total);
-    let others: Vec<&str> = scope
+    let oldest = my_stamp_ms.saturating_sub(CLAIM_LIFETIME_MS);
+    let drains: Vec<&str> = scope
         .iter()
         .filter(|n| n.name != node && n.drained_by_us())
         .map(|n| n.name.as_str())
         .collect();
-    if others.len() < allowed {
-        BrakeVerdict::Drain
-    } else {
-        BrakeVerdict::Hold(format!(
-            "drain brake: {} of {total} nodes in scope already drained by gpu-health ({}), \
-             at most {allowed} allowed (max_drained_fraction {}, min_drainable {})",
-            others.len(),
-            others.join(","),
-            cfg.max_drained_fraction,
-            cfg.min_drainable
-        ))
+    let claims: Vec<&str> = scope
+        .iter()
+        .filter(|n| n.name != node && !n.is_drained())
+        .filter(|n| {
+            n.claim_ms
+                .is_some_and(|t| t >= oldest && (t, n.name.as_str()) < (my_stamp_ms, node))
+        })
+        .map(|n| n.name.as_str())
+        .collect();
+    if drains.len() + claims.len() < allowed {
+        return BrakeVerdict::Drain;
     }
+    BrakeVerdict::Hold(format!(
+        "drain brake: {} of {total} nodes in scope drained by gpu-health{} and {} claimed a drain \
+         before this node{}; at most {allowed} allowed (max_drained_fraction {}, min_drainable {})",
+        drains.len(),
+        listed(&drains),
+        claims.len(),
+        listed(&claims),
+        cfg.max_drained_fraction,
+        cfg.min_drainable
+    ))
 }
 
-/// After draining `node` and waiting `settle_ms`: is `node` among the
-/// first `allowed` gpu-health drains in scope?
-pub fn post_check(cfg: &BrakeConfig, nodes: &[NodeInfo], node: &str) -> BrakeVerdict {
-    let scope = in_scope(cfg, nodes, node);
-    let total = scope.len().max(1);
-    let allowed = allowed(cfg, total);
-    let mut ours: Vec<&NodeInfo> = scope.into_iter().filter(|n| n.drained_by_us()).collect();
-    if !ours.iter().any(|n| n.name == node) {
-        // Someone resumed us meanwhile, or the query raced: nothing to undo.
-        return BrakeVerdict::Drain;
-    }
-    if ours.len() <= allowed {
-        return BrakeVerdict::Drain;
-    }
-    // Unknown stamps sort last: such a drain cannot prove it came first.
-    ours.sort_by(|a, b| {
-        let key = |n: &NodeInfo| (n.reason_time.is_none(), n.reason_time.clone());
-        key(a).cmp(&key(b)).then_with(|| a.name.cmp(&b.name))
-    });
-    let rank = ours.iter().position(|n| n.name == node).unwrap_or(0);
-    if rank < allowed {
-        BrakeVerdict::Drain
-    } else {
-        let first: Vec<&str> = ours[..allowed].iter().map(|n| n.name.as_str()).collect();
-        BrakeVerdict::Hold(format!(
-            "drain brake: {} nodes drained by gpu-health at once in a scope of {total}, \
-             at most {allowed} allowed; {} came first, undoing the drain of {node}",
-            ours.len(),
-            first.join(",")
-        ))
+/// ` (a,b,c)`, or ` (a,b,c, +N more)` past ten names.
+fn listed(names: &[&str]) -> String {
+    match names.len() {
+        0 => String::new(),
+        n if n <= 10 => format!(" ({})", names.join(",")),
+        n => format!(" ({}, +{} more)", names[..10].join(","), n - 10),
     }
 }
 
@@ -145,11 +154,18 @@ mod tests {
         assert_eq!(allowed(&none, 50), 0);
     }
 
+    fn claimed(name: &str, parts: &str, ms: u64) -> String {
+        format!(
+            "{} Comment=gpu-health-claim:{ms}",
+            line(name, "IDLE", parts, None)
+        )
+    }
+
     #[test]
-    fn pre_check_counts_only_our_drains_in_scope() {
+    fn rank_counts_our_drains_in_scope_only() {
         let t = "2026-01-01T00:00:00";
         let nodes = cluster(&[
-            line("n1", "IDLE", "main", None),
+            claimed("n1", "main", 1_000),
             line(
                 "n2",
                 "IDLE+DRAIN",
@@ -167,70 +183,98 @@ mod tests {
         ]);
         // Scope main: 4 nodes, 25% = 1, n2 already ours.
         assert!(matches!(
-            pre_check(&cfg(0.25), &nodes, "n1"),
+            rank(&cfg(0.25), &nodes, "n1", 1_000),
             BrakeVerdict::Hold(_)
         ));
         // 50% of 4 = 2: one more may go; the admin's n3 does not count.
-        assert_eq!(pre_check(&cfg(0.5), &nodes, "n1"), BrakeVerdict::Drain);
+        assert_eq!(rank(&cfg(0.5), &nodes, "n1", 1_000), BrakeVerdict::Drain);
         // Cluster scope: 5 nodes, 40% = 2, n2 and m1 ours -> hold.
         let c = BrakeConfig {
             scope: BrakeScope::Cluster,
             ..cfg(0.4)
         };
-        assert!(matches!(pre_check(&c, &nodes, "n1"), BrakeVerdict::Hold(_)));
-        // The draining node itself never counts against itself.
-        assert_eq!(pre_check(&cfg(0.25), &nodes, "n2"), BrakeVerdict::Drain);
-        if let BrakeVerdict::Hold(why) = pre_check(&cfg(0.25), &nodes, "n4") {
-            assert!(why.contains("1 of 4") && why.contains("n2"), "{why}");
-        }
-    }
-
-    #[test]
-    fn post_check_keeps_the_first_by_time_then_name() {
-        let own = |n: &str, t: &str| {
-            line(
-                n,
-                "IDLE+DRAIN",
-                "main",
-                Some(("gpu-health: z (drain-until-clean)", t)),
-            )
-        };
-        let nodes = cluster(&[
-            own("n1", "2026-01-01T00:00:05"),
-            own("n2", "2026-01-01T00:00:04"),
-            own("n3", "2026-01-01T00:00:04"),
-            own("n4", "2026-01-01T00:00:05"),
-        ]);
-        let c = cfg(0.25);
-        assert_eq!(post_check(&c, &nodes, "n2"), BrakeVerdict::Drain);
-        for n in ["n1", "n3", "n4"] {
+        assert!(matches!(
+            rank(&c, &nodes, "n1", 1_000),
+            BrakeVerdict::Hold(_)
+        ));
+        if let BrakeVerdict::Hold(why) = rank(&cfg(0.25), &nodes, "n4", 2_000) {
+            assert!(why.contains("1 of 4") && why.contains("(n2)"), "{why}");
             assert!(
-                matches!(post_check(&c, &nodes, n), BrakeVerdict::Hold(_)),
-                "{n}"
+                why.contains("1 claimed a drain before this node (n1)"),
+                "{why}"
             );
         }
-        // Every node computes the same survivors: exactly `allowed` stay.
-        let c2 = cfg(0.5);
-        let kept: Vec<&str> = ["n1", "n2", "n3", "n4"]
-            .into_iter()
-            .filter(|n| post_check(&c2, &nodes, n) == BrakeVerdict::Drain)
-            .collect();
-        assert_eq!(kept, vec!["n2", "n3"]);
     }
 
     #[test]
-    fn post_check_within_share_keeps_all() {
+    fn racing_claims_keep_exactly_the_allowed_first() {
+        // Stamps of the nodes' own clocks: n2 and n3 tie at 4_000.
         let nodes = cluster(&[
+            claimed("n1", "main", 5_000),
+            claimed("n2", "main", 4_000),
+            claimed("n3", "main", 4_000),
+            claimed("n4", "main", 5_000),
+        ]);
+        let verdicts = |c: &BrakeConfig| -> Vec<&str> {
+            nodes
+                .iter()
+                .filter(|n| rank(c, &nodes, &n.name, n.claim_ms.unwrap()) == BrakeVerdict::Drain)
+                .map(|n| n.name.as_str())
+                .collect()
+        };
+        assert_eq!(verdicts(&cfg(0.25)), vec!["n2"]);
+        assert_eq!(verdicts(&cfg(0.5)), vec!["n2", "n3"]);
+        assert_eq!(verdicts(&cfg(1.0)).len(), 4);
+    }
+
+    #[test]
+    fn a_converted_claim_still_counts_once() {
+        // n2 came first and has drained (its claim gone with the drain);
+        // n3 looks later: it counts n2 as a drain, not twice, not never.
+        let t = "2026-01-01T00:00:04";
+        let nodes = cluster(&[
+            line("n1", "IDLE", "main", None),
             line(
-                "n1",
+                "n2",
                 "IDLE+DRAIN",
                 "main",
-                Some(("gpu-health: a (drain)", "2026-01-01T00:00:01")),
+                Some(("gpu-health: z (drain)", t)),
             ),
-            line("n2", "IDLE", "main", None),
+            claimed("n3", "main", 4_000),
+            line("n4", "IDLE", "main", None),
         ]);
-        assert_eq!(post_check(&cfg(0.5), &nodes, "n1"), BrakeVerdict::Drain);
-        // Not drained any more (someone resumed it): nothing to undo.
-        assert_eq!(post_check(&cfg(0.0), &nodes, "n2"), BrakeVerdict::Drain);
+        assert_eq!(rank(&cfg(0.5), &nodes, "n3", 4_000), BrakeVerdict::Drain);
+        assert!(matches!(
+            rank(&cfg(0.25), &nodes, "n3", 4_000),
+            BrakeVerdict::Hold(_)
+        ));
+    }
+
+    #[test]
+    fn void_and_later_claims_do_not_count() {
+        let t = "2026-01-01T00:00:04";
+        let nodes = cluster(&[
+            claimed("n1", "main", 100_000 - CLAIM_LIFETIME_MS - 1),
+            claimed("n2", "main", 100_001),
+            claimed("n3", "main", 100_000),
+            // A node drained by an admin withdraws its claim: not counted.
+            format!(
+                "{} Comment=gpu-health-claim:99000",
+                line("n4", "IDLE+DRAIN", "main", Some(("admin", t)))
+            ),
+        ]);
+        assert_eq!(rank(&cfg(0.25), &nodes, "n3", 100_000), BrakeVerdict::Drain);
+        assert!(matches!(
+            rank(&cfg(0.25), &nodes, "n2", 100_001),
+            BrakeVerdict::Hold(_)
+        ));
+    }
+
+    #[test]
+    fn long_lists_are_cut() {
+        let names: Vec<String> = (1..=12).map(|i| format!("n{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        assert_eq!(listed(&refs[..2]), " (n1,n2)");
+        assert!(listed(&refs).ends_with(", +2 more)"));
     }
 }

@@ -2,7 +2,7 @@
 //! Every drain of gpu-health (prolog, health check, epilog) goes through
 //! [`Drainer::drain_guarded`]; every resume through [`resume_own`].
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::BrakeConfig;
 use crate::finding::{is_own_reason, own_reason};
@@ -31,17 +31,43 @@ pub struct Drainer<'a> {
     pub brake: &'a BrakeConfig,
     pub slurm: &'a Scontrol<'a>,
     pub state: &'a StateDir,
+    /// Look at the node table before claiming: an earlier run found the
+    /// node drained by someone else, whose Comment a claim would replace.
+    pub look_first: bool,
 }
 
-/// Left of the budget after the settle wait, for the confirming query and
-/// a possible undo; a drain that could not be confirmed is not made.
-const CONFIRM_RESERVE: Duration = Duration::from_millis(400);
+/// Left of the budget after the wait, for the look at the node table and
+/// the drain; a drain that could not be decided in time is not made.
+const DECIDE_RESERVE: Duration = Duration::from_millis(400);
+
+/// How the node stood in Slurm's table.
+enum Standing {
+    /// Drained with gpu-health's reason (the text as Slurm has it).
+    Ours(String),
+    /// Drained by someone else: never touched.
+    Foreign(String),
+    InService,
+}
+
+fn standing(nodes: &[NodeInfo], node: &NodeName) -> Standing {
+    let me = nodes.iter().find(|n| n.name == node.as_str());
+    match me.filter(|n| n.is_drained()).and_then(|n| n.reason.clone()) {
+        Some(r) if is_own_reason(&r) => Standing::Ours(r),
+        Some(r) => Standing::Foreign(r),
+        None => Standing::InService,
+    }
+}
 
 impl Drainer<'_> {
     /// Drain `node` with `reason` (one of gpu-health's), unless the brake
     /// says no or the node is drained by someone else. On success the
     /// drain is recorded (`StateFile::DrainRecord`) with every finding's
     /// summary (`findings`: the reason may say `+N more`).
+    ///
+    /// A node drained by gpu-health already (its drain record says so),
+    /// or found drained by someone else by an earlier run, is looked up
+    /// first: the first is not braked again, the second not touched. Any
+    /// other goes through the brake's claim (`ops::brake`).
     pub fn drain_guarded(
         &self,
         node: &NodeName,
@@ -49,112 +75,182 @@ impl Drainer<'_> {
         findings: &[String],
         now_ms: u64,
     ) -> DrainOutcome {
-        let nodes = match self.slurm.show_nodes(None) {
-            Ok(n) => Some(n),
+        let recorded = drain_record::load(self.state, node).is_ok_and(|r| r.is_some());
+        let outcome = if !self.brake.enabled || recorded || self.look_first {
+            self.drain_direct(node, reason)
+        } else {
+            None
+        };
+        let outcome = match outcome {
+            Some(o) => o,
+            None => self.drain_claimed(node, reason),
+        };
+        if outcome == DrainOutcome::Drained {
+            if let Err(e) = drain_record::record_drain(self.state, node, reason, findings, now_ms) {
+                log::error!(
+                    "cannot record the drain (the automatic return will start its quiet time later): {e}"
+                );
+            }
+        }
+        outcome
+    }
+
+    /// One look, then drain without the brake: the brake is off, or the
+    /// node was drained by gpu-health already. `None`: the node is in
+    /// service and the brake applies.
+    fn drain_direct(&self, node: &NodeName, reason: &str) -> Option<DrainOutcome> {
+        let current = match self.slurm.show_nodes(None) {
+            Ok(nodes) => standing(&nodes, node),
             Err(e) if self.brake.enabled => {
-                return held(format!(
-                    "drain brake: cannot count drained nodes ({e}); not draining (fail safe), would have drained: {reason}"
-                ));
+                return Some(held(format!(
+                    "drain brake: cannot look at the node table ({e}); not draining (fail safe), would have drained: {reason}"
+                )));
             }
             Err(e) => {
                 log::warn!("cannot query Slurm before draining (brake off): {e}");
-                None
+                Standing::InService
             }
         };
-        let current = nodes
-            .as_deref()
-            .and_then(|ns| ns.iter().find(|n| n.name == node.as_str()))
-            .filter(|n| n.is_drained())
-            .and_then(|n| n.reason.clone());
-        if let Some(r) = &current {
-            if !is_own_reason(r) {
-                let why = format!(
-                    "{node} is already drained by someone else ({:?}); not touching it, would have drained: {reason}",
-                    crate::text::printable(r)
-                );
-                log::error!("{why}");
-                return DrainOutcome::Foreign(why);
-            }
+        match current {
+            Standing::Foreign(r) => Some(foreign(node, &r, reason)),
+            Standing::Ours(r) => Some(self.redrain(node, &r, reason, false)),
+            Standing::InService if self.brake.enabled => None,
+            Standing::InService => Some(self.make_drain(node, reason, false)),
         }
-        let already_ours = current.is_some();
-        let brake_applies = self.brake.enabled && !already_ours;
-        if brake_applies {
-            if let BrakeVerdict::Hold(why) =
-                brake::pre_check(self.brake, nodes.as_deref().unwrap_or(&[]), node.as_str())
-            {
-                return held(format!("{why}; would have drained: {reason}"));
-            }
-            let needed =
-                settle_wait(crate::time::unix_ms(), self.brake.settle_ms) + CONFIRM_RESERVE;
-            let left = self.slurm.remaining();
-            if left < needed {
-                return held(format!(
-                    "drain brake: {} ms of the Slurm time budget left, {} ms needed to confirm a drain \
-                     (raise scontrol_timeout_ms on a slow controller); not draining, would have drained: {reason}",
-                    left.as_millis(),
-                    needed.as_millis()
-                ));
-            }
-        }
-        // Slurm may have appended its own text to ours: compare our part.
-        let current_ours = current.as_deref().and_then(own_reason).map(|(r, _)| r);
-        if current_ours != Some(reason) {
-            if let Err(e) = self.slurm.drain(node, reason) {
-                let why = format!("could not drain {node} ({reason}): {e}");
-                log::error!("{why}");
-                return DrainOutcome::Failed(why);
-            }
-            log::error!("drained {node}: {reason}");
-        }
-        if let Err(e) = drain_record::record_drain(self.state, node, reason, findings, now_ms) {
-            log::error!(
-                "cannot record the drain (the automatic return will start its quiet time later): {e}"
-            );
-        }
-        if brake_applies {
-            if let Some(why) = self.confirm(node) {
-                return DrainOutcome::HeldBack(why);
-            }
-        }
-        DrainOutcome::Drained
     }
 
-    /// The brake's second look, once the second of our drain is over (plus
-    /// `settle_ms`): undo our drain when nodes drained at the same moment
-    /// came first.
-    fn confirm(&self, node: &NodeName) -> Option<String> {
-        let wait = settle_wait(crate::time::unix_ms(), self.brake.settle_ms)
-            .min(self.slurm.remaining().saturating_sub(CONFIRM_RESERVE));
-        std::thread::sleep(wait);
-        let nodes: Vec<NodeInfo> = match self.slurm.show_nodes(None) {
+    /// Claim, wait, look, then drain or withdraw (see `ops::brake`).
+    fn drain_claimed(&self, node: &NodeName, reason: &str) -> DrainOutcome {
+        let would = format!("would have drained: {reason}");
+        let wait = Duration::from_millis(brake::CLAIM_RPC_LIMIT_MS + self.brake.settle_ms);
+        let left = self.slurm.remaining();
+        if left < wait + DECIDE_RESERVE {
+            return held(format!(
+                "drain brake: {} ms of the Slurm time budget left, {} ms needed to claim and decide \
+                 (raise scontrol_timeout_ms on a slow controller); not draining, {would}",
+                left.as_millis(),
+                (wait + DECIDE_RESERVE).as_millis()
+            ));
+        }
+        let stamp = crate::time::unix_ms();
+        let started = Instant::now();
+        if let Err(e) = self.slurm.claim(node, stamp) {
+            self.withdraw(node);
+            return held(format!(
+                "drain brake: cannot claim a drain ({e}); not draining (fail safe), {would}"
+            ));
+        }
+        let took = started.elapsed();
+        if took > Duration::from_millis(brake::CLAIM_RPC_LIMIT_MS) {
+            self.withdraw(node);
+            return held(format!(
+                "drain brake: the claim took {} ms (more than {} ms: a node looking earlier may have missed it); \
+                 not draining, {would}",
+                took.as_millis(),
+                brake::CLAIM_RPC_LIMIT_MS
+            ));
+        }
+        std::thread::sleep(wait.saturating_sub(started.elapsed()));
+        let nodes = match self.slurm.show_nodes(None) {
             Ok(n) => n,
             Err(e) => {
-                log::warn!("drain brake: confirming query failed ({e}); keeping the drain");
-                return None;
+                self.withdraw(node);
+                return held(format!(
+                    "drain brake: cannot look at the node table ({e}); not draining (fail safe), {would}"
+                ));
             }
         };
-        let BrakeVerdict::Hold(why) = brake::post_check(self.brake, &nodes, node.as_str()) else {
-            return None;
-        };
-        log::error!("{why}");
-        match resume_own(self.slurm, self.state, node) {
-            Ok(()) => Some(why),
+        match standing(&nodes, node) {
+            Standing::Foreign(r) => {
+                self.withdraw(node);
+                return foreign(node, &r, reason);
+            }
+            Standing::Ours(r) => return self.redrain(node, &r, reason, true),
+            Standing::InService => {}
+        }
+        let mine = nodes.iter().find(|n| n.name == node.as_str());
+        if mine.and_then(|n| n.claim_ms) != Some(stamp) {
+            self.withdraw(node);
+            return held(format!(
+                "drain brake: this node's claim is not in Slurm's table (its Comment was changed meanwhile); \
+                 not draining, {would}"
+            ));
+        }
+        if let BrakeVerdict::Hold(why) = brake::rank(self.brake, &nodes, node.as_str(), stamp) {
+            self.withdraw(node);
+            return held(format!("{why}; {would}"));
+        }
+        let late =
+            Duration::from_millis(brake::CLAIM_LIFETIME_MS.saturating_sub(self.brake.settle_ms));
+        if started.elapsed() > late {
+            self.withdraw(node);
+            return held(format!(
+                "drain brake: decided {} ms after the claim, past its lifetime; not draining, {would}",
+                started.elapsed().as_millis()
+            ));
+        }
+        self.make_drain(node, reason, true)
+    }
+
+    /// Already drained by gpu-health: update the reason when it changed.
+    fn redrain(
+        &self,
+        node: &NodeName,
+        current: &str,
+        reason: &str,
+        clear_claim: bool,
+    ) -> DrainOutcome {
+        // Slurm may have appended its own text to ours: compare our part.
+        if own_reason(current).map(|(r, _)| r) == Some(reason) {
+            if clear_claim {
+                self.withdraw(node);
+            }
+            return DrainOutcome::Drained;
+        }
+        self.make_drain(node, reason, clear_claim)
+    }
+
+    fn make_drain(&self, node: &NodeName, reason: &str, clear_claim: bool) -> DrainOutcome {
+        match self.slurm.drain(node, reason, clear_claim) {
+            Ok(()) => {
+                log::error!("drained {node}: {reason}");
+                DrainOutcome::Drained
+            }
             Err(e) => {
-                log::error!("drain brake: could not undo the drain of {node}: {e}");
-                None
+                if clear_claim {
+                    self.withdraw(node);
+                }
+                let why = format!("could not drain {node} ({reason}): {e}");
+                log::error!("{why}");
+                DrainOutcome::Failed(why)
             }
         }
     }
+
+    /// Take this node's claim back (best effort: a claim left behind is
+    /// void after `brake::CLAIM_LIFETIME_MS`).
+    fn withdraw(&self, node: &NodeName) {
+        if let Err(e) = self.slurm.release_claim(node) {
+            log::warn!(
+                "drain brake: cannot withdraw the claim of {node} (void in {} s): {e}",
+                brake::CLAIM_LIFETIME_MS / 1000
+            );
+        }
+    }
+}
+
+fn foreign(node: &NodeName, current: &str, reason: &str) -> DrainOutcome {
+    let why = format!(
+        "{node} is already drained by someone else ({:?}); not touching it, would have drained: {reason}",
+        crate::text::printable(current)
+    );
+    log::error!("{why}");
+    DrainOutcome::Foreign(why)
 }
 
 fn held(why: String) -> DrainOutcome {
     log::error!("{why}");
     DrainOutcome::HeldBack(why)
-}
-
-/// From `now_ms` to the next full second plus `settle_ms`.
-fn settle_wait(now_ms: u64, settle_ms: u64) -> Duration {
-    Duration::from_millis(1_000 - now_ms % 1_000 + settle_ms)
 }
 
 /// Resume `node` and forget its drain record. The caller has checked that
@@ -168,16 +264,4 @@ pub fn resume_own(
     drain_record::clear(state);
     log::warn!("resumed {node}");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn settle_ends_after_the_next_full_second() {
-        assert_eq!(settle_wait(10_000, 500), Duration::from_millis(1_500));
-        assert_eq!(settle_wait(10_999, 500), Duration::from_millis(501));
-        assert_eq!(settle_wait(10_400, 300), Duration::from_millis(900));
-    }
 }

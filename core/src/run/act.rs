@@ -85,10 +85,16 @@ pub fn act(
         .cloned()
         .collect();
     let drain = decision.drain_reason.as_deref().map(|reason| {
+        let look_first = pending.is_some_and(|p| {
+            p.findings
+                .iter()
+                .any(|f| f.cause == PendingCause::DrainedBySomeoneElse)
+        });
         let drainer = Drainer {
             brake: &ctx.config().brake,
             slurm,
             state: &ctx.state,
+            look_first,
         };
         let summaries: Vec<String> = draining.iter().map(|f| f.summary.clone()).collect();
         if reason.ends_with(" more (drain)") || reason.ends_with(" more (drain-until-clean)") {

@@ -112,11 +112,21 @@ impl<'a> Scontrol<'a> {
 
     /// `scontrol show node -o` for one node or all (`None`).
     pub fn show_nodes(&self, node: Option<&NodeName>) -> Result<Vec<NodeInfo>, SlurmError> {
+        self.show_nodes_leaving(node, Duration::ZERO)
+    }
+
+    /// [`Scontrol::show_nodes`], leaving `reserve` of the budget for the
+    /// calls that must follow (the brake's drain or withdrawal).
+    pub fn show_nodes_leaving(
+        &self,
+        node: Option<&NodeName>,
+        reserve: Duration,
+    ) -> Result<Vec<NodeInfo>, SlurmError> {
         let mut args = vec!["show", "node", "-o"];
         if let Some(n) = node {
             args.push(n.as_str());
         }
-        let out = self.run(&args)?;
+        let out = self.run_leaving(&args, reserve)?;
         Ok(out.lines().filter_map(NodeInfo::parse).collect())
     }
 
@@ -129,7 +139,11 @@ impl<'a> Scontrol<'a> {
     }
 
     fn run(&self, args: &[&str]) -> Result<String, SlurmError> {
-        let left = self.remaining();
+        self.run_leaving(args, Duration::ZERO)
+    }
+
+    fn run_leaving(&self, args: &[&str], reserve: Duration) -> Result<String, SlurmError> {
+        let left = self.remaining().saturating_sub(reserve);
         if left.is_zero() {
             return Err(SlurmError::BudgetSpent {
                 budget_ms: self.budget.as_millis() as u64,

@@ -40,6 +40,10 @@ pub struct Drainer<'a> {
 /// the drain; a drain that could not be decided in time is not made.
 const DECIDE_RESERVE: Duration = Duration::from_millis(400);
 
+/// Kept from the look for the drain or withdrawal that follows it, so
+/// that a slow look cannot leave a claim behind.
+const AFTER_LOOK_RESERVE: Duration = Duration::from_millis(300);
+
 /// How the node stood in Slurm's table.
 enum Standing {
     /// Drained with gpu-health's reason (the text as Slurm has it).
@@ -151,7 +155,7 @@ impl Drainer<'_> {
             ));
         }
         std::thread::sleep(wait.saturating_sub(started.elapsed()));
-        let nodes = match self.slurm.show_nodes(None) {
+        let nodes = match self.slurm.show_nodes_leaving(None, AFTER_LOOK_RESERVE) {
             Ok(n) => n,
             Err(e) => {
                 self.withdraw(node);

@@ -151,7 +151,8 @@ quiet_time_s = 1"
 }
 
 # 4. The brake: a fault on all 4 nodes at once, brake at 25%: exactly one
-#    node is drained, the others stay in service and say why.
+#    node is drained, the others stay in service and say why, and no
+#    claim is left behind (ci/storm does the same on 256 nodes).
 test_brake_drains_only_a_quarter() {
     GH_FOCUS=$(gh_nodes | tr '\n' ' ')
     local node n drained
@@ -178,6 +179,9 @@ max_drained_fraction = 0.25"
         fi
     done
     assert_eq "$held" $((n - drained)) "every node left in service logged the brake"
+    local claims
+    claims=$(scontrol -o show node | grep -c 'Comment=gpu-health-claim:' || true)
+    assert_eq "$claims" 0 "no brake claim is left in a node's Comment"
 }
 
 # 5. A gpu-health drain on a node that stops answering: Slurm 23.02+

@@ -189,17 +189,40 @@ gh_is_ours() {
     tr '\0' '\n' 2>/dev/null <"/proc/$1/environ" | grep -qxF "GPU_HEALTH_HARNESS_DIR=$GH_DIR"
 }
 
+# gh_ours_among PID...: those of PID that are alive and started by this
+# cluster, one per line; one grep for all of them (a zombie's environ
+# reads empty, so it never matches).
+gh_ours_among() {
+    local files=() pid f
+    for pid in "$@"; do
+        [[ $pid =~ ^[0-9]+$ ]] && files+=("/proc/$pid/environ")
+    done
+    ((${#files[@]})) || return 0
+    { grep -lzxF -- "GPU_HEALTH_HARNESS_DIR=$GH_DIR" "${files[@]}" 2>/dev/null || true; } |
+        while IFS= read -r f; do
+            f=${f#/proc/}
+            printf '%s\n' "${f%/environ}"
+        done
+}
+
 # Live pids of this cluster (not zombies), optionally only those whose
 # command name (comm, 15 characters at most) is COMM.
 gh_marked_pids() {
-    local comm=${1:-} p pid
+    local comm=${1:-} pid c p
+    local all=()
     for p in /proc/[0-9]*; do
         pid=${p#/proc/}
         [[ $pid == "$$" || $pid == "$BASHPID" ]] && continue
-        [[ -z $comm || $(cat "$p/comm" 2>/dev/null) == "$comm" ]] || continue
-        [[ $(awk '{ print $3 }' "$p/stat" 2>/dev/null) == Z ]] && continue
-        gh_is_ours "$pid" && printf '%s\n' "$pid"
+        all+=("$pid")
     done
+    while IFS= read -r pid; do
+        if [[ -n $comm ]]; then
+            c=""
+            read -r c 2>/dev/null <"/proc/$pid/comm" || true
+            [[ $c == "$comm" ]] || continue
+        fi
+        printf '%s\n' "$pid"
+    done < <(gh_ours_among "${all[@]}")
     return 0
 }
 
@@ -218,7 +241,9 @@ gh_node_state() {
 
 # The node's Reason= (empty when none).
 gh_node_reason() {
-    scontrol -o show node "$1" 2>/dev/null | sed -n 's/.* Reason=\(.*\) \[[^]]*\]$/\1/p; s/.* Reason=\(.*\)$/\1/p' | head -n1
+    # The optional Comment (the drain brake's claim) and Extra follow it.
+    scontrol -o show node "$1" 2>/dev/null | sed -e 's/ Comment=.*$//; s/ Extra=.*$//' |
+        sed -n 's/.* Reason=\(.*\) \[[^]]*\]$/\1/p; s/.* Reason=\(.*\)$/\1/p' | head -n1
 }
 
 # gh_wait_node_state NODE PATTERN TIMEOUT_S: wait until gh_node_state

@@ -89,13 +89,19 @@ impl<'a> Scontrol<'a> {
     /// `node` (one update; the state and reason are untouched). Every
     /// node that drains through the brake claims first, so racing nodes
     /// see each other before any of them drains.
-    pub fn claim(&self, node: &NodeName, stamp_ms: u64) -> Result<(), SlurmError> {
-        self.run(&[
+    /// `reserve` of the budget is left for the calls after it.
+    pub fn claim(
+        &self,
+        node: &NodeName,
+        stamp_ms: u64,
+        reserve: Duration,
+    ) -> Result<(), SlurmError> {
+        let args = [
             "update",
             &format!("NodeName={node}"),
             &format!("Comment={CLAIM_PREFIX}{stamp_ms}"),
-        ])
-        .map(drop)
+        ];
+        self.run_leaving(&args, reserve).map(drop)
     }
 
     /// Withdraw this node's claim (an empty Comment).

@@ -2,7 +2,7 @@
 //! staggered, with skewed clocks and slow RPCs, against a model of
 //! slurmctld that applies each update and answers each query at its own
 //! moment. The ranking is the real `brake::rank`; the steps and waits are
-//! those of `ops::drain` (claim, wait `CLAIM_RPC_LIMIT_MS + settle_ms`
+//! those of `ops::drain` (claim, wait `claim_timeout_ms + settle_ms`
 //! from the stamp, look, drain or withdraw).
 //!
 //! What must hold, by construction and not by luck of timing: gpu-health's
@@ -10,7 +10,7 @@
 //! was given up the storm ends with exactly min(allowed, drains wanted).
 
 use gpu_health_core::config::{BrakeConfig, BrakeScope};
-use gpu_health_core::ops::brake::{self, BrakeVerdict, CLAIM_LIFETIME_MS, CLAIM_RPC_LIMIT_MS};
+use gpu_health_core::ops::brake::{self, claim_lifetime_ms, BrakeVerdict};
 use gpu_health_core::slurm::NodeInfo;
 use proptest::prelude::*;
 
@@ -101,7 +101,8 @@ fn storm(
         cfg,
     };
     let settle = c.cfg.settle_ms;
-    let wait = CLAIM_RPC_LIMIT_MS + settle;
+    let limit = c.cfg.claim_timeout_ms;
+    let wait = limit + settle;
     let mut events: Vec<(u64, u8, Event)> = Vec::new();
     let mut stamps = vec![0u64; c.nodes.len()];
     let mut given_up = 0;
@@ -114,7 +115,7 @@ fn storm(
         timing[*i] = Some(t.clone());
         // Updates sort before queries at the same millisecond.
         events.push((t.start + t.claim_ms, 0, Event::Claim { node: *i, stamp }));
-        if t.claim_ms > CLAIM_RPC_LIMIT_MS {
+        if t.claim_ms > limit {
             // Too slow: the node gives up and withdraws.
             given_up += 1;
             events.push((
@@ -153,7 +154,7 @@ fn storm(
                     brake::rank(&c.cfg, &table, &me.name, stamps[node])
                 };
                 let decided = at - t.start;
-                let late = decided > CLAIM_LIFETIME_MS - settle;
+                let late = decided > claim_lifetime_ms(&c.cfg) - settle;
                 let next = match verdict {
                     BrakeVerdict::Drain if !late => Event::Drain { node },
                     _ => Event::Withdraw { node },

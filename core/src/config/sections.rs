@@ -30,10 +30,13 @@ pub struct BrakeConfig {
     /// 4-node partition can still lose its one broken node).
     pub min_drainable: u32,
     pub scope: BrakeScope,
-    /// The look at the node table waits `brake::CLAIM_RPC_LIMIT_MS` plus
-    /// this much after the node's claim: it covers clock skew between
+    /// The look at the node table waits `claim_timeout_ms` plus this
+    /// much after the node's claim: it covers clock skew between
     /// nodes (claims are stamped by each node's clock).
     pub settle_ms: u64,
+    /// The brake's claim must reach slurmctld this soon, or the node gives
+    /// up; the look waits this plus `settle_ms` after the claim.
+    pub claim_timeout_ms: u64,
 }
 
 impl Default for BrakeConfig {
@@ -44,6 +47,7 @@ impl Default for BrakeConfig {
             min_drainable: 1,
             scope: BrakeScope::Partition,
             settle_ms: 500,
+            claim_timeout_ms: 1_000,
         }
     }
 }
@@ -51,7 +55,8 @@ impl Default for BrakeConfig {
 impl BrakeConfig {
     pub fn validate(&self) -> Result<(), String> {
         check("brake.max_drained_fraction", self.max_drained_fraction)?;
-        check("brake.settle_ms", self.settle_ms as f64)
+        check("brake.settle_ms", self.settle_ms as f64)?;
+        check("brake.claim_timeout_ms", self.claim_timeout_ms as f64)
     }
 }
 

@@ -6,8 +6,8 @@
 //! 1. the node writes a claim into its Slurm Comment,
 //!    `gpu-health-claim:<unix ms>` (one update; state and reason
 //!    untouched), and gives up if that update took longer than
-//!    [`CLAIM_RPC_LIMIT_MS`];
-//! 2. it waits until [`CLAIM_RPC_LIMIT_MS`] + `settle_ms` after its stamp
+//!    `claim_timeout_ms` (`[brake]`, default 1 s);
+//! 2. it waits until `claim_timeout_ms` + `settle_ms` after its stamp
 //!    and reads the node table once;
 //! 3. [`rank`]: its place is the number of gpu-health drains in scope plus
 //!    the live claims that came before its own (by stamp, then name). Below
@@ -16,7 +16,7 @@
 //!
 //! Why the bound holds by construction: every claim that ranks before
 //! ours was stamped no later than ours and reached slurmctld within
-//! [`CLAIM_RPC_LIMIT_MS`] of its stamp, so it is in our table (as a claim,
+//! `claim_timeout_ms` of its stamp, so it is in our table (as a claim,
 //! or as a drain once its node converted it: one update does both). The
 //! last node to drain therefore counted every other drain of the storm,
 //! and gpu-health's drains in scope never exceed the allowed count, not
@@ -49,15 +49,13 @@ fn in_scope<'a>(cfg: &BrakeConfig, nodes: &'a [NodeInfo], node: &str) -> Vec<&'a
         .collect()
 }
 
-/// The claim update must have completed this soon after its stamp, or the
-/// node gives up (a slower claim might be missed by a node that looks
-/// earlier).
-pub const CLAIM_RPC_LIMIT_MS: u64 = 1_000;
-
 /// A claim older than this (against our own stamp) is void: its node
 /// converted or withdrew it long ago, or died. A claiming node never
-/// drains later than this minus `settle_ms` after its stamp.
-pub const CLAIM_LIFETIME_MS: u64 = 10_000;
+/// drains later than this minus `settle_ms` after its stamp. At least
+/// 10 s, and four times the claim's wait.
+pub fn claim_lifetime_ms(cfg: &BrakeConfig) -> u64 {
+    (4 * (cfg.claim_timeout_ms + cfg.settle_ms)).max(10_000)
+}
 
 /// What the brake says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,7 +74,7 @@ pub fn rank(cfg: &BrakeConfig, nodes: &[NodeInfo], node: &str, my_stamp_ms: u64)
     let scope = in_scope(cfg, nodes, node);
     let total = scope.len().max(1);
     let allowed = allowed(cfg, total);
-    let oldest = my_stamp_ms.saturating_sub(CLAIM_LIFETIME_MS);
+    let oldest = my_stamp_ms.saturating_sub(claim_lifetime_ms(cfg));
     let drains: Vec<&str> = scope
         .iter()
         .filter(|n| n.name != node && n.drained_by_us())
@@ -254,7 +252,7 @@ mod tests {
     fn void_and_later_claims_do_not_count() {
         let t = "2026-01-01T00:00:04";
         let nodes = cluster(&[
-            claimed("n1", "main", 100_000 - CLAIM_LIFETIME_MS - 1),
+            claimed("n1", "main", 100_000 - claim_lifetime_ms(&cfg(0.25)) - 1),
             claimed("n2", "main", 100_001),
             claimed("n3", "main", 100_000),
             // A node drained by an admin withdraws its claim: not counted.

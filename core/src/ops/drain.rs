@@ -40,8 +40,8 @@ pub struct Drainer<'a> {
 /// the drain; a drain that could not be decided in time is not made.
 const DECIDE_RESERVE: Duration = Duration::from_millis(400);
 
-/// Kept from the look for the drain or withdrawal that follows it, so
-/// that a slow look cannot leave a claim behind.
+/// Kept from the claim and the look for the withdrawal or drain that
+/// follows them, so that a slow call cannot leave a claim behind.
 const AFTER_LOOK_RESERVE: Duration = Duration::from_millis(300);
 
 /// How the node stood in Slurm's table.
@@ -126,7 +126,8 @@ impl Drainer<'_> {
     /// Claim, wait, look, then drain or withdraw (see `ops::brake`).
     fn drain_claimed(&self, node: &NodeName, reason: &str) -> DrainOutcome {
         let would = format!("would have drained: {reason}");
-        let wait = Duration::from_millis(brake::CLAIM_RPC_LIMIT_MS + self.brake.settle_ms);
+        let limit = Duration::from_millis(self.brake.claim_timeout_ms);
+        let wait = limit + Duration::from_millis(self.brake.settle_ms);
         let left = self.slurm.remaining();
         if left < wait + DECIDE_RESERVE {
             return held(format!(
@@ -138,20 +139,20 @@ impl Drainer<'_> {
         }
         let stamp = crate::time::unix_ms();
         let started = Instant::now();
-        if let Err(e) = self.slurm.claim(node, stamp) {
+        if let Err(e) = self.slurm.claim(node, stamp, AFTER_LOOK_RESERVE) {
             self.withdraw(node);
             return held(format!(
                 "drain brake: cannot claim a drain ({e}); not draining (fail safe), {would}"
             ));
         }
         let took = started.elapsed();
-        if took > Duration::from_millis(brake::CLAIM_RPC_LIMIT_MS) {
+        if took > limit {
             self.withdraw(node);
             return held(format!(
                 "drain brake: the claim took {} ms (more than {} ms: a node looking earlier may have missed it); \
                  not draining, {would}",
                 took.as_millis(),
-                brake::CLAIM_RPC_LIMIT_MS
+                limit.as_millis()
             ));
         }
         std::thread::sleep(wait.saturating_sub(started.elapsed()));
@@ -184,8 +185,9 @@ impl Drainer<'_> {
             self.withdraw(node);
             return held(format!("{why}; {would}"));
         }
-        let late =
-            Duration::from_millis(brake::CLAIM_LIFETIME_MS.saturating_sub(self.brake.settle_ms));
+        let late = Duration::from_millis(
+            brake::claim_lifetime_ms(self.brake).saturating_sub(self.brake.settle_ms),
+        );
         if started.elapsed() > late {
             self.withdraw(node);
             return held(format!(
@@ -237,7 +239,7 @@ impl Drainer<'_> {
         if let Err(e) = self.slurm.release_claim(node) {
             log::warn!(
                 "drain brake: cannot withdraw the claim of {node} (void in {} s): {e}",
-                brake::CLAIM_LIFETIME_MS / 1000
+                brake::claim_lifetime_ms(self.brake) / 1000
             );
         }
     }

@@ -17,7 +17,7 @@ use crate::ops::drain_record::{self, DrainRecord};
 use crate::ops::escalation::{self, ReturnHistory};
 use crate::ops::recovery::{self, ReturnDecision};
 use crate::probe::ProbeOptions;
-use crate::slurm::Scontrol;
+use crate::slurm::{NodeInfo, Scontrol};
 use crate::state::StateFile;
 
 use super::node_check::{self, NodeCheck};
@@ -103,6 +103,7 @@ fn clean_action(ctx: &RunContext, slurm: &Scontrol<'_>, check: &mut NodeCheck) -
             return HealthAction::Nothing;
         }
     };
+    withdraw_stale_claim(ctx, slurm, me.as_ref());
     let reason = me
         .filter(|n| n.is_drained())
         .and_then(|n| n.reason)
@@ -147,6 +148,26 @@ fn clean_action(ctx: &RunContext, slurm: &Scontrol<'_>, check: &mut NodeCheck) -
             confirm_and_return(ctx, slurm, check, kinds)
         }
         ReturnDecision::Wait(why) | ReturnDecision::NotOurs(why) => HealthAction::StaysDrained(why),
+    }
+}
+
+/// A brake claim of this node left behind by a run that could not
+/// withdraw it (killed, or out of time) is void already; remove it so
+/// that the node's Comment does not keep it.
+fn withdraw_stale_claim(ctx: &RunContext, slurm: &Scontrol<'_>, me: Option<&NodeInfo>) {
+    let lifetime = crate::ops::brake::claim_lifetime_ms(&ctx.config().brake);
+    let Some(stamp) = me.and_then(|n| n.claim_ms) else {
+        return;
+    };
+    if crate::time::unix_ms().saturating_sub(stamp) <= lifetime {
+        return;
+    }
+    match slurm.release_claim(&ctx.node) {
+        Ok(()) => log::info!("removed a stale drain-brake claim of {}", ctx.node),
+        Err(e) => log::warn!(
+            "cannot remove the stale drain-brake claim of {}: {e}",
+            ctx.node
+        ),
     }
 }
 

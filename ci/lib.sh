@@ -205,6 +205,23 @@ gh_ours_among() {
         done
 }
 
+# Prologs of this cluster still running: slurmd builds the Prolog's
+# environment itself (so the harness marker is not in it), with this
+# cluster's SLURM_CONF and SLURM_SCRIPT_CONTEXT=prolog_slurmd.
+gh_cluster_prologs() {
+    local p pid c
+    for p in /proc/[0-9]*; do
+        pid=${p#/proc/}
+        c=""
+        read -r c 2>/dev/null <"$p/comm" || continue
+        [[ $c == gpu-health-prol ]] || continue
+        tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qxF "SLURM_CONF=$GH_DIR/etc/slurm.conf" || continue
+        tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qxF "SLURM_SCRIPT_CONTEXT=prolog_slurmd" || continue
+        printf '%s\n' "$pid"
+    done
+    return 0
+}
+
 # Live pids of this cluster (not zombies), optionally only those whose
 # command name (comm, 15 characters at most) is COMM.
 gh_marked_pids() {

@@ -122,8 +122,8 @@ test_nvml_hang_bounded_and_drained() {
     # slurmctld logs the allocation (the prolog starts right after it) and
     # slurmd the failed prolog, both with milliseconds: the difference
     # bounds the prolog's run time from above. The margin covers the drain
-    # itself: two scontrol calls and the drain brake's settle wait (up to
-    # the next full second plus brake.settle_ms).
+    # itself: the brake's claim, its wait (claim_timeout_ms + settle_ms,
+    # 1.5 s), one look and the drain.
     local t_alloc deadline=$((SECONDS + 20))
     while :; do
         t_alloc=$(log_time "$(gh_slurmctld_log)" "(Allocate|Started) JobId=$job ")
@@ -145,7 +145,7 @@ test_nvml_hang_bounded_and_drained() {
     assert_ok "slurmctld answers (scontrol ping)" scontrol ping
     # Nothing of the hung probe is left behind.
     sleep 1
-    assert_eq "$(gh_marked_pids gpu-health-prol | wc -l)" 0 "no prolog process left running"
+    assert_eq "$(gh_cluster_prologs | wc -l)" 0 "no prolog process left running"
     # The node's slurmd still works: a healthy GPU again, resumed, a job runs.
     gh_set_scenario "$node" h100x8-healthy
     gh_resume_node "$node"

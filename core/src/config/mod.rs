@@ -65,7 +65,7 @@ pub struct Config {
     /// scontrol, used on the failing path only.
     pub scontrol: PathBuf,
     /// The longest one run waits for Slurm, all its scontrol calls and the
-    /// brake's settle wait together: bounds how long a draining Prolog
+    /// brake's wait together: bounds how long a draining Prolog
     /// holds a job start.
     pub scontrol_timeout_ms: u64,
     /// Extra log file (the log always goes to stderr, which slurmd drops).

@@ -125,77 +125,87 @@ impl Drainer<'_> {
 
     /// Claim, wait, look, then drain or withdraw (see `ops::brake`).
     fn drain_claimed(&self, node: &NodeName, reason: &str) -> DrainOutcome {
-        let would = format!("would have drained: {reason}");
-        let limit = Duration::from_millis(self.brake.claim_timeout_ms);
-        let wait = limit + Duration::from_millis(self.brake.settle_ms);
+        let wait = Duration::from_millis(self.brake.claim_timeout_ms + self.brake.settle_ms);
         let left = self.slurm.remaining();
         if left < wait + DECIDE_RESERVE {
             return held(format!(
                 "drain brake: {} ms of the Slurm time budget left, {} ms needed to claim and decide \
-                 (raise scontrol_timeout_ms on a slow controller); not draining, {would}",
+                 (raise scontrol_timeout_ms on a slow controller); not draining, would have drained: {reason}",
                 left.as_millis(),
                 (wait + DECIDE_RESERVE).as_millis()
             ));
         }
+        // Every way out but a drain (or someone else's drain) withdraws
+        // the claim: here, once.
+        match self.after_claim(node, reason, wait) {
+            Ok(outcome) => outcome,
+            Err(why) => {
+                self.withdraw(node);
+                held(format!("{why}, would have drained: {reason}"))
+            }
+        }
+    }
+
+    /// The claim and what follows it; `Err` says why the node holds back.
+    fn after_claim(
+        &self,
+        node: &NodeName,
+        reason: &str,
+        wait: Duration,
+    ) -> Result<DrainOutcome, String> {
+        let limit = Duration::from_millis(self.brake.claim_timeout_ms);
         let stamp = crate::time::unix_ms();
         let started = Instant::now();
-        if let Err(e) = self.slurm.claim(node, stamp, AFTER_LOOK_RESERVE) {
-            self.withdraw(node);
-            return held(format!(
-                "drain brake: cannot claim a drain ({e}); not draining (fail safe), {would}"
-            ));
-        }
+        self.slurm
+            .claim(node, stamp, AFTER_LOOK_RESERVE)
+            .map_err(|e| {
+                format!("drain brake: cannot claim a drain ({e}); not draining (fail safe)")
+            })?;
         let took = started.elapsed();
         if took > limit {
-            self.withdraw(node);
-            return held(format!(
+            return Err(format!(
                 "drain brake: the claim took {} ms (more than {} ms: a node looking earlier may have missed it); \
-                 not draining, {would}",
+                 not draining",
                 took.as_millis(),
                 limit.as_millis()
             ));
         }
         std::thread::sleep(wait.saturating_sub(started.elapsed()));
-        let nodes = match self.slurm.show_nodes_leaving(None, AFTER_LOOK_RESERVE) {
-            Ok(n) => n,
-            Err(e) => {
-                self.withdraw(node);
-                return held(format!(
-                    "drain brake: cannot look at the node table ({e}); not draining (fail safe), {would}"
-                ));
-            }
-        };
+        let nodes = self
+            .slurm
+            .show_nodes_leaving(None, AFTER_LOOK_RESERVE)
+            .map_err(|e| {
+                format!(
+                    "drain brake: cannot look at the node table ({e}); not draining (fail safe)"
+                )
+            })?;
         match standing(&nodes, node) {
             Standing::Foreign(r) => {
                 self.withdraw(node);
-                return foreign(node, &r, reason);
+                return Ok(foreign(node, &r, reason));
             }
-            Standing::Ours(r) => return self.redrain(node, &r, reason, true),
+            Standing::Ours(r) => return Ok(self.redrain(node, &r, reason, true)),
             Standing::InService => {}
         }
         let mine = nodes.iter().find(|n| n.name == node.as_str());
         if mine.and_then(|n| n.claim_ms) != Some(stamp) {
-            self.withdraw(node);
-            return held(format!(
-                "drain brake: this node's claim is not in Slurm's table (its Comment was changed meanwhile); \
-                 not draining, {would}"
-            ));
+            return Err("drain brake: this node's claim is not in Slurm's table \
+                        (its Comment was changed meanwhile); not draining"
+                .to_string());
         }
         if let BrakeVerdict::Hold(why) = brake::rank(self.brake, &nodes, node.as_str(), stamp) {
-            self.withdraw(node);
-            return held(format!("{why}; {would}"));
+            return Err(format!("{why}; not draining"));
         }
         let late = Duration::from_millis(
             brake::claim_lifetime_ms(self.brake).saturating_sub(self.brake.settle_ms),
         );
         if started.elapsed() > late {
-            self.withdraw(node);
-            return held(format!(
-                "drain brake: decided {} ms after the claim, past its lifetime; not draining, {would}",
+            return Err(format!(
+                "drain brake: decided {} ms after the claim, past its lifetime; not draining",
                 started.elapsed().as_millis()
             ));
         }
-        self.make_drain(node, reason, true)
+        Ok(self.make_drain(node, reason, true))
     }
 
     /// Already drained by gpu-health: update the reason when it changed.

@@ -29,6 +29,7 @@ pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
         HealthAction::NotDrained(why) => println!("{node}: NOT drained: {why}"),
         HealthAction::Returned => println!("{node}: returned to service"),
         HealthAction::StaysDrained(why) => println!("{node}: stays drained: {why}"),
+        HealthAction::Busy(why) => println!("{node}: {why}"),
     }
     report.exit_code()
 }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use gpu_health_core::snapshot::NodeSnapshot;
-use gpu_health_core::state::{StateDir, StateFile};
+use gpu_health_core::state::StateDir;
 use gpu_health_core::xid::{
     read_since, read_source, scan, Cursor, KmsgSource, LogSource, MemoryRing, XidConfig, XidState,
 };
@@ -137,9 +137,7 @@ fn benches(c: &mut Criterion) {
         cursor: Some(history_end.clone()),
         ..XidState::fresh()
     };
-    state
-        .save(StateFile::KernelLogCursor, &saved)
-        .expect("save the cursor");
+    state.save((), &saved).expect("save the cursor");
     write_log(&log, HISTORY_LINES, HISTORY_LINES + 100, true);
     let mut g = c.benchmark_group("xid_incremental_1m_history_100_new");
     g.sample_size(50).measurement_time(Duration::from_secs(3));
@@ -149,7 +147,7 @@ fn benches(c: &mut Criterion) {
     // The prolog's call: loads the cursor file, reads, judges (no commit).
     g.bench_function("scan_with_cursor_file", |b| {
         b.iter(|| {
-            let loaded = state.load::<XidState>(StateFile::KernelLogCursor);
+            let loaded = state.load::<XidState>(());
             let (st, _) = XidState::checked(loaded.expect("cursor"));
             scan(&log, st, &cfg, &snap, NOW_MS)
         })

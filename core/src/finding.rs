@@ -58,6 +58,11 @@ pub struct Finding {
     /// process name): for the node's log only, never shown to a job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub culprit: Option<String>,
+    /// The code within the check, where a check has several (the Xid or
+    /// SXid number): with `check` and `gpu` it names the fault in the
+    /// node's ledger.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<u32>,
 }
 
 impl Finding {
@@ -78,6 +83,7 @@ impl Finding {
             summary,
             message,
             culprit: None,
+            code: None,
         }
     }
 
@@ -97,6 +103,7 @@ impl Finding {
             summary,
             message,
             culprit: None,
+            code: None,
         }
     }
 }

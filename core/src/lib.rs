@@ -10,6 +10,7 @@
 //! Layers, each importing only from those below it:
 //! - [`run`]
 //! - [`records`], [`ops`]
+//! - [`ledger`]
 //! - [`checks`], [`xid`], [`probe`], [`fabric`], [`topology`]
 //! - [`slurm`], [`state`], [`config`], [`logging`]
 //! - [`snapshot`], [`finding`], [`verdict`], [`ids`], [`process`], [`time`], [`text`]
@@ -19,6 +20,7 @@ pub mod config;
 pub mod fabric;
 pub mod finding;
 pub mod ids;
+pub mod ledger;
 pub mod logging;
 pub mod ops;
 pub mod plugstack;

@@ -156,9 +156,16 @@ fn stale_start_snapshots_are_listed_fresh_ones_not() {
     use std::time::Duration;
     let d = tempfile::tempdir().unwrap();
     let state = StateDir::open(&d.path().join("state"));
-    state.save(StateFile::JobStart(job(1)), &1).unwrap();
-    state.save(StateFile::JobStart(job(2)), &2).unwrap();
-    state.save(StateFile::JobVerdict(job(1)), &3).unwrap();
+    // Only names and times count here: any bytes will do.
+    for f in [
+        StateFile::JobStart(job(1)),
+        StateFile::JobStart(job(2)),
+        StateFile::JobVerdict(job(1)),
+    ] {
+        let p = state.path_of(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, "1").unwrap();
+    }
     for f in [StateFile::JobStart(job(1)), StateFile::JobVerdict(job(1))] {
         let g = std::fs::File::options()
             .write(true)

@@ -7,7 +7,8 @@ use std::path::Path;
 use gpu_health_core::checks::EccHistory;
 use gpu_health_core::config;
 use gpu_health_core::ids::JobId;
-use gpu_health_core::ops::pending::PendingDrain;
+use gpu_health_core::ids::NodeName;
+use gpu_health_core::ledger::{self, Ledger};
 use gpu_health_core::snapshot::NodeSnapshot;
 use gpu_health_core::state::{StateDir, StateFile};
 use gpu_health_core::verdict::{parse_gpu_list, JobVerdict};
@@ -85,13 +86,30 @@ proptest! {
     fn state_files_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
         let d = tempfile::tempdir().unwrap();
         let state = StateDir::open(&d.path().join("state"));
-        let f = StateFile::NodeSnapshot;
-        state.save_bytes(f, &bytes).unwrap();
-        let _ = state.load::<JobVerdict>(f);
-        let _ = state.load::<NodeSnapshot>(f);
-        let _ = state.load::<EccHistory>(f);
-        let _ = state.load::<XidState>(f);
-        let _ = state.load::<PendingDrain>(f);
+        let job = JobId::from(7);
+        for f in [
+            StateFile::NodeSnapshot,
+            StateFile::JobVerdict(job),
+            StateFile::EccHistory,
+            StateFile::KernelLogCursor,
+            StateFile::Ledger,
+        ] {
+            let path = state.path_of(f);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &bytes).unwrap();
+        }
+        let _ = state.load::<JobVerdict>(job);
+        let _ = state.load::<NodeSnapshot>(());
+        let _ = state.load::<EccHistory>(());
+        let _ = state.load::<XidState>(());
+        let _ = state.load::<Ledger>(());
+        // The ledger's own reader never fails: what it cannot use is
+        // moved aside, never silently replaced.
+        let n1 = NodeName::parse("n1").unwrap();
+        let loaded = ledger::store::load(&state, &n1);
+        if loaded.unreadable.is_some() {
+            prop_assert!(state.path_of(StateFile::LedgerUnreadable).exists());
+        }
     }
 
     #[test]
@@ -109,8 +127,10 @@ proptest! {
         let d = tempfile::tempdir().unwrap();
         let state = StateDir::open(&d.path().join("state"));
         let f = StateFile::JobVerdict(JobId::from(42));
-        state.save_bytes(f, &full[..cut.min(full.len())]).unwrap();
-        match state.load::<JobVerdict>(f) {
+        let path = state.path_of(f);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &full[..cut.min(full.len())]).unwrap();
+        match state.load::<JobVerdict>(JobId::from(42)) {
             Ok(Some(back)) => prop_assert_eq!(back, v),
             Ok(None) => prop_assert!(false, "file exists"),
             Err(_) => prop_assert!(cut < full.len()),

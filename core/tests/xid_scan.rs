@@ -19,7 +19,7 @@ use gpu_health_core::xid::{
 /// start, with a note.
 fn saved(cursor: &Path) -> (XidState, Option<String>) {
     let state = StateDir::open(cursor.parent().unwrap());
-    match state.load::<XidState>(StateFile::KernelLogCursor) {
+    match state.load::<XidState>(()) {
         Ok(s) => XidState::checked(s),
         Err(e) => (XidState::fresh(), Some(format!("Xid cursor unusable: {e}"))),
     }
@@ -50,7 +50,7 @@ fn scan(
 
 /// What a run does after acting: save the scan's state.
 fn commit(cursor: &Path, state: &XidState) -> Result<(), StateError> {
-    StateDir::open(cursor.parent().unwrap()).save(StateFile::KernelLogCursor, state)
+    StateDir::open(cursor.parent().unwrap()).save((), state)
 }
 
 /// 2026-11-29T14:30:00Z
@@ -148,7 +148,7 @@ fn file_scan_reads_only_what_is_new_and_waits_for_commit() {
     assert_eq!(first.events.len(), 1);
     assert_eq!(first.findings.len(), 1);
     let f = &first.findings[0];
-    assert_eq!(f.summary, "Xid 79 GPU5 0000:c1:00.0 pid=2210");
+    assert_eq!(f.summary, "Xid 79 GPU5 0000:c1:00.0");
     assert_eq!(
         (f.check.as_str(), f.action, f.gpu),
         ("xid", Action::Drain, Some(5))
@@ -160,7 +160,7 @@ fn file_scan_reads_only_what_is_new_and_waits_for_commit() {
     );
     assert_eq!(
         drain_reason(&first.findings).unwrap(),
-        "gpu-health: Xid 79 GPU5 0000:c1:00.0 pid=2210 (drain)"
+        "gpu-health: Xid 79 GPU5 0000:c1:00.0 (drain)"
     );
 
     // Not committed: the next scan sees the Xid again.
@@ -182,7 +182,7 @@ fn file_scan_reads_only_what_is_new_and_waits_for_commit() {
     let done = scan(&e.log, &e.cursor, &e.cfg, &snapshot(), NOW_MS);
     assert_eq!(done.events.len(), 1);
     assert_eq!(done.findings[0].action, Action::DrainUntilClean);
-    assert_eq!(done.findings[0].summary, "Xid 31 GPU1 0000:18:00.0 pid=77");
+    assert_eq!(done.findings[0].summary, "Xid 31 GPU1 0000:18:00.0");
 }
 
 #[test]
@@ -471,7 +471,7 @@ fn xid_storm_is_folded_not_lost() {
     );
     assert_eq!(
         drain_reason(&s.findings).unwrap(),
-        "gpu-health: Xid 79 GPU5 0000:c1:00.0 pid=2210 (drain)"
+        "gpu-health: Xid 79 GPU5 0000:c1:00.0 (drain)"
     );
 }
 
@@ -491,7 +491,7 @@ fn fallen_off_line_without_its_header_still_counts() {
     let s = scan(&e.log, &e.cursor, &e.cfg, &snapshot(), NOW_MS);
     assert_eq!(s.events.len(), 2);
     assert_eq!(s.findings.len(), 1);
-    assert_eq!(s.findings[0].summary, "Xid 79 GPU5 0000:c1:00.0 pid=2210");
+    assert_eq!(s.findings[0].summary, "Xid 79 GPU5 0000:c1:00.0");
 }
 
 #[test]

@@ -157,12 +157,22 @@ fn xid_in_kernel_log_drains_once() {
     assert_eq!(r.code, 1, "{}", r.log);
     assert_eq!(
         n.drained_reason().as_deref(),
-        Some("gpu-health: Xid 79 GPU3 0000:5d:00.0 pid=2210 (drain)")
+        Some("gpu-health: Xid 79 GPU3 0000:5d:00.0 (drain)")
     );
     // Drained, then the cursor moved: the same record is not judged again
     // and nothing is pending.
-    assert_eq!(n.prolog("111", "0").code, 0);
-    assert!(!n.path("state/pending-drain.json").exists());
+    assert_eq!(n.prolog("111", "0").code, 1, "the node is drained");
+    let ledger = std::fs::read_to_string(n.path("state/ledger.json")).unwrap();
+    assert!(!ledger.contains("pending"), "{ledger}");
+    assert_eq!(
+        n.scontrol_calls()
+            .iter()
+            .filter(|c| c.contains("State=DRAIN"))
+            .count(),
+        1,
+        "drained once: {:?}",
+        n.scontrol_calls()
+    );
 }
 
 #[test]

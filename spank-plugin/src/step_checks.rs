@@ -5,7 +5,7 @@
 use gpu_health_core::finding::Action;
 use gpu_health_core::ids::JobId;
 use gpu_health_core::snapshot::{GpuLink, NodeSnapshot};
-use gpu_health_core::state::{StateDir, StateFile};
+use gpu_health_core::state::StateDir;
 use gpu_health_core::topology::TpViolation;
 use gpu_health_core::verdict::{job_findings, JobVerdict, Mode};
 
@@ -30,7 +30,7 @@ pub fn read_verdict(state: &StateDir, job_id: JobId) -> VerdictRead {
             state.root().display()
         ));
     }
-    match state.load::<JobVerdict>(StateFile::JobVerdict(job_id)) {
+    match state.load::<JobVerdict>(job_id) {
         Ok(Some(v)) => VerdictRead::Found(v),
         Ok(None) => VerdictRead::Missing,
         Err(e) => VerdictRead::Unreadable(e.to_string()),
@@ -39,10 +39,7 @@ pub fn read_verdict(state: &StateDir, job_id: JobId) -> VerdictRead {
 
 /// The GPU link matrix of the latest node snapshot, if any.
 pub fn read_topology(state: &StateDir) -> Option<Vec<Vec<GpuLink>>> {
-    state
-        .load::<NodeSnapshot>(StateFile::NodeSnapshot)
-        .ok()??
-        .topology
+    state.load::<NodeSnapshot>(()).ok()??.topology
 }
 
 /// Messages for the user: refusals stop the step, warnings do not.

@@ -107,3 +107,17 @@ impl LinkHistory {
         changed
     }
 }
+
+impl crate::state::StateValue for EccHistory {
+    type Key = ();
+    fn file((): ()) -> crate::state::StateFile {
+        crate::state::StateFile::EccHistory
+    }
+}
+
+impl crate::state::StateValue for LinkHistory {
+    type Key = ();
+    fn file((): ()) -> crate::state::StateFile {
+        crate::state::StateFile::NvlinkHistory
+    }
+}

@@ -1,6 +1,8 @@
-//! Draining and resuming this node, with the brake and the drain record.
-//! Every drain of gpu-health (prolog, health check, epilog) goes through
-//! [`Drainer::drain_guarded`]; every resume through [`resume_own`].
+//! Draining and resuming this node in Slurm, with the brake. Every drain
+//! of gpu-health (prolog, health check, epilog) goes through a
+//! [`Drainer`]; every resume through [`resume_own`]. What a drain is for
+//! and what came of it is the fault ledger's (`ledger`, `run::act`):
+//! this module only talks to Slurm.
 
 use std::time::{Duration, Instant};
 
@@ -8,44 +10,26 @@ use crate::config::BrakeConfig;
 use crate::finding::{is_own_reason, own_reason};
 use crate::ids::NodeName;
 use crate::slurm::{NodeInfo, Scontrol, SlurmError};
-use crate::state::StateDir;
 
 use super::brake::{self, BrakeVerdict};
-use super::drain_record;
 
 /// What became of a drain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DrainOutcome {
     Drained,
-    /// The brake (or a failed brake query) kept the node in service.
+    /// The brake kept the node in service: the drain would pass the
+    /// allowed count, or the claim protocol could not prove it would not
+    /// (a claim that took too long or was overwritten).
     HeldBack(String),
     /// The node is already drained with someone else's reason: untouched.
     Foreign(String),
-    /// scontrol failed or timed out.
+    /// scontrol failed or timed out (the claim, the look or the drain).
     Failed(String),
 }
 
-/// What a drain needs: the brake's settings, the run's scontrol (with its
-/// time budget) and the state directory for the drain record.
-pub struct Drainer<'a> {
-    pub brake: &'a BrakeConfig,
-    pub slurm: &'a Scontrol<'a>,
-    pub state: &'a StateDir,
-    /// Look at the node table before claiming: an earlier run found the
-    /// node drained by someone else, whose Comment a claim would replace.
-    pub look_first: bool,
-}
-
-/// Left of the budget after the wait, for the look at the node table and
-/// the drain; a drain that could not be decided in time is not made.
-const DECIDE_RESERVE: Duration = Duration::from_millis(400);
-
-/// Kept from the claim and the look for the withdrawal or drain that
-/// follows them, so that a slow call cannot leave a claim behind.
-const AFTER_LOOK_RESERVE: Duration = Duration::from_millis(300);
-
-/// How the node stood in Slurm's table.
-enum Standing {
+/// How the node stands in Slurm's table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standing {
     /// Drained with gpu-health's reason (the text as Slurm has it).
     Ours(String),
     /// Drained by someone else: never touched.
@@ -62,65 +46,60 @@ fn standing(nodes: &[NodeInfo], node: &NodeName) -> Standing {
     }
 }
 
+/// What a drain needs: the brake's settings and the run's scontrol (with
+/// its time budget).
+pub struct Drainer<'a> {
+    pub brake: &'a BrakeConfig,
+    pub slurm: &'a Scontrol<'a>,
+    /// Called with the claim's stamp just before the claim is sent, so
+    /// that the run's record knows of a claim a kill could leave behind;
+    /// an error stops the claim (held back).
+    pub before_claim: &'a dyn Fn(u64) -> Result<(), String>,
+}
+
+/// Left of the budget after the wait, for the look at the node table and
+/// the drain; a drain that could not be decided in time is not made.
+pub const DECIDE_RESERVE: Duration = Duration::from_millis(400);
+
+/// Kept from the claim and the look for the withdrawal or drain that
+/// follows them, so that a slow call cannot leave a claim behind.
+const AFTER_LOOK_RESERVE: Duration = Duration::from_millis(300);
+
 impl Drainer<'_> {
-    /// Drain `node` with `reason` (one of gpu-health's), unless the brake
-    /// says no or the node is drained by someone else. On success the
-    /// drain is recorded (`StateFile::DrainRecord`) with every finding's
-    /// summary (`findings`: the reason may say `+N more`).
-    ///
-    /// A node drained by gpu-health already (its drain record says so),
-    /// or found drained by someone else by an earlier run, is looked up
-    /// first: the first is not braked again, the second not touched. Any
-    /// other goes through the brake's claim (`ops::brake`).
-    pub fn drain_guarded(
-        &self,
-        node: &NodeName,
-        reason: &str,
-        findings: &[String],
-        now_ms: u64,
-    ) -> DrainOutcome {
-        let recorded = drain_record::load(self.state, node).is_ok_and(|r| r.is_some());
-        let outcome = if !self.brake.enabled || recorded || self.look_first {
-            self.drain_direct(node, reason)
-        } else {
-            None
-        };
-        let outcome = match outcome {
-            Some(o) => o,
-            None => self.drain_claimed(node, reason),
-        };
-        if outcome == DrainOutcome::Drained {
-            if let Err(e) = drain_record::record_drain(self.state, node, reason, findings, now_ms) {
-                log::error!(
-                    "cannot record the drain (the automatic return will start its quiet time later): {e}"
-                );
-            }
-        }
-        outcome
+    /// How `node` stands in Slurm (one look at its line).
+    pub fn look(&self, node: &NodeName) -> Result<Standing, SlurmError> {
+        self.slurm
+            .show_nodes(Some(node))
+            .map(|n| standing(&n, node))
     }
 
-    /// One look, then drain without the brake: the brake is off, or the
-    /// node was drained by gpu-health already. `None`: the node is in
-    /// service and the brake applies.
-    fn drain_direct(&self, node: &NodeName, reason: &str) -> Option<DrainOutcome> {
-        let current = match self.slurm.show_nodes(None) {
-            Ok(nodes) => standing(&nodes, node),
-            Err(e) if self.brake.enabled => {
-                return Some(held(format!(
-                    "drain brake: cannot look at the node table ({e}); not draining (fail safe), would have drained: {reason}"
-                )));
+    /// Drain `node`, which gpu-health has not drained (or found back in
+    /// service), with `reason`: through the brake's claim, or with one
+    /// look and a drain when the brake is off. `look_first`: an earlier
+    /// run found the node drained by someone else, whose Comment a claim
+    /// would replace: look before claiming.
+    pub fn drain_new(&self, node: &NodeName, reason: &str, look_first: bool) -> DrainOutcome {
+        if !self.brake.enabled || look_first {
+            let current = match self.look(node) {
+                Ok(s) => s,
+                Err(e) if self.brake.enabled => {
+                    return failed(format!(
+                        "cannot look at {node} in Slurm ({e}); not draining (fail safe), would have drained: {reason}"
+                    ))
+                }
+                Err(e) => {
+                    log::warn!("cannot query Slurm before draining (brake off): {e}");
+                    Standing::InService
+                }
+            };
+            match current {
+                Standing::Foreign(r) => return foreign(node, &r, reason),
+                Standing::Ours(r) => return self.redrain(node, &r, reason),
+                Standing::InService if self.brake.enabled => {}
+                Standing::InService => return self.make_drain(node, reason, false),
             }
-            Err(e) => {
-                log::warn!("cannot query Slurm before draining (brake off): {e}");
-                Standing::InService
-            }
-        };
-        match current {
-            Standing::Foreign(r) => Some(foreign(node, &r, reason)),
-            Standing::Ours(r) => Some(self.redrain(node, &r, reason, false)),
-            Standing::InService if self.brake.enabled => None,
-            Standing::InService => Some(self.make_drain(node, reason, false)),
         }
+        self.drain_claimed(node, reason)
     }
 
     /// Claim, wait, look, then drain or withdraw (see `ops::brake`).
@@ -128,7 +107,7 @@ impl Drainer<'_> {
         let wait = Duration::from_millis(self.brake.claim_timeout_ms + self.brake.settle_ms);
         let left = self.slurm.remaining();
         if left < wait + DECIDE_RESERVE {
-            return held(format!(
+            return failed(format!(
                 "drain brake: {} ms of the Slurm time budget left, {} ms needed to claim and decide \
                  (raise scontrol_timeout_ms on a slow controller); not draining, would have drained: {reason}",
                 left.as_millis(),
@@ -139,9 +118,13 @@ impl Drainer<'_> {
         // the claim: here, once.
         match self.after_claim(node, reason, wait) {
             Ok(outcome) => outcome,
-            Err(why) => {
+            Err(Hold::Brake(why)) => {
                 self.withdraw(node);
                 held(format!("{why}, would have drained: {reason}"))
+            }
+            Err(Hold::Slurm(why)) => {
+                self.withdraw(node);
+                failed(format!("{why}, would have drained: {reason}"))
             }
         }
     }
@@ -152,64 +135,79 @@ impl Drainer<'_> {
         node: &NodeName,
         reason: &str,
         wait: Duration,
-    ) -> Result<DrainOutcome, String> {
+    ) -> Result<DrainOutcome, Hold> {
         let limit = Duration::from_millis(self.brake.claim_timeout_ms);
         let stamp = crate::time::unix_ms();
+        (self.before_claim)(stamp).map_err(|e| {
+            Hold::Brake(format!(
+                "drain brake: cannot record the claim ({e}); not draining"
+            ))
+        })?;
         let started = Instant::now();
         self.slurm
             .claim(node, stamp, AFTER_LOOK_RESERVE)
             .map_err(|e| {
-                format!("drain brake: cannot claim a drain ({e}); not draining (fail safe)")
+                Hold::Slurm(format!(
+                    "drain brake: cannot claim a drain ({e}); not draining (fail safe)"
+                ))
             })?;
         let took = started.elapsed();
         if took > limit {
-            return Err(format!(
+            return Err(Hold::Brake(format!(
                 "drain brake: the claim took {} ms (more than {} ms: a node looking earlier may have missed it); \
                  not draining",
                 took.as_millis(),
                 limit.as_millis()
-            ));
+            )));
         }
         std::thread::sleep(wait.saturating_sub(started.elapsed()));
         let nodes = self
             .slurm
             .show_nodes_leaving(None, AFTER_LOOK_RESERVE)
             .map_err(|e| {
-                format!(
+                Hold::Slurm(format!(
                     "drain brake: cannot look at the node table ({e}); not draining (fail safe)"
-                )
+                ))
             })?;
         match standing(&nodes, node) {
             Standing::Foreign(r) => {
                 self.withdraw(node);
                 return Ok(foreign(node, &r, reason));
             }
-            Standing::Ours(r) => return Ok(self.redrain(node, &r, reason, true)),
+            Standing::Ours(r) => return Ok(self.redrain_clearing(node, &r, reason, true)),
             Standing::InService => {}
         }
         let mine = nodes.iter().find(|n| n.name == node.as_str());
         if mine.and_then(|n| n.claim_ms) != Some(stamp) {
-            return Err("drain brake: this node's claim is not in Slurm's table \
-                        (its Comment was changed meanwhile); not draining"
-                .to_string());
+            return Err(Hold::Brake(
+                "drain brake: this node's claim is not in Slurm's table \
+                 (its Comment was changed meanwhile); not draining"
+                    .to_string(),
+            ));
         }
         if let BrakeVerdict::Hold(why) = brake::rank(self.brake, &nodes, node.as_str(), stamp) {
-            return Err(format!("{why}; not draining"));
+            return Err(Hold::Brake(format!("{why}; not draining")));
         }
         let late = Duration::from_millis(
             brake::claim_lifetime_ms(self.brake).saturating_sub(self.brake.settle_ms),
         );
         if started.elapsed() > late {
-            return Err(format!(
+            return Err(Hold::Brake(format!(
                 "drain brake: decided {} ms after the claim, past its lifetime; not draining",
                 started.elapsed().as_millis()
-            ));
+            )));
         }
         Ok(self.make_drain(node, reason, true))
     }
 
-    /// Already drained by gpu-health: update the reason when it changed.
-    fn redrain(
+    /// Already drained by gpu-health with `current` (as Slurm shows it):
+    /// update the reason when it changed. No brake: the node is drained
+    /// already.
+    pub fn redrain(&self, node: &NodeName, current: &str, reason: &str) -> DrainOutcome {
+        self.redrain_clearing(node, current, reason, false)
+    }
+
+    fn redrain_clearing(
         &self,
         node: &NodeName,
         current: &str,
@@ -236,16 +234,14 @@ impl Drainer<'_> {
                 if clear_claim {
                     self.withdraw(node);
                 }
-                let why = format!("could not drain {node} ({reason}): {e}");
-                log::error!("{why}");
-                DrainOutcome::Failed(why)
+                failed(format!("could not drain {node} ({reason}): {e}"))
             }
         }
     }
 
     /// Take this node's claim back (best effort: a claim left behind is
-    /// void after `brake::CLAIM_LIFETIME_MS`).
-    fn withdraw(&self, node: &NodeName) {
+    /// void after `brake::claim_lifetime_ms`).
+    pub fn withdraw(&self, node: &NodeName) {
         if let Err(e) = self.slurm.release_claim(node) {
             log::warn!(
                 "drain brake: cannot withdraw the claim of {node} (void in {} s): {e}",
@@ -253,6 +249,14 @@ impl Drainer<'_> {
             );
         }
     }
+}
+
+/// Why a claimed drain was not made.
+enum Hold {
+    /// The brake's rules.
+    Brake(String),
+    /// A Slurm command failed.
+    Slurm(String),
 }
 
 fn foreign(node: &NodeName, current: &str, reason: &str) -> DrainOutcome {
@@ -269,15 +273,15 @@ fn held(why: String) -> DrainOutcome {
     DrainOutcome::HeldBack(why)
 }
 
-/// Resume `node` and forget its drain record. The caller has checked that
-/// the node's reason is gpu-health's.
-pub fn resume_own(
-    slurm: &Scontrol<'_>,
-    state: &StateDir,
-    node: &NodeName,
-) -> Result<(), SlurmError> {
+fn failed(why: String) -> DrainOutcome {
+    log::error!("{why}");
+    DrainOutcome::Failed(why)
+}
+
+/// Return `node` to service. The caller has checked that the node's
+/// drain is gpu-health's.
+pub fn resume_own(slurm: &Scontrol<'_>, node: &NodeName) -> Result<(), SlurmError> {
     slurm.resume(node)?;
-    drain_record::clear(state);
     log::warn!("resumed {node}");
     Ok(())
 }

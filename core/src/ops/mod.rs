@@ -1,11 +1,9 @@
 //! Operations: what keeps gpu-health safe to run on a whole cluster.
 //!
 //! - [`brake`]: never drain more than a share of a partition at once;
-//! - [`drain`] / [`drain_record`]: drains through the brake, remembered in
-//!   the state directory; resumes only of gpu-health's own drains;
-//! - [`pending`]: draining findings no run could act on yet;
-//! - [`recovery`]: when a `drain-until-clean` node may return;
-//! - [`escalation`]: a node returned too often for one fault stays drained;
+//! - [`drain`]: drains through the brake; resumes only of gpu-health's own
+//!   drains (what they are for is the fault ledger's, `ledger`);
+//! - [`recovery`]: whether the node is clean now (a drained node's return);
 //! - [`dcgm`]: the deeper `dcgmi diag` tier;
 //! - [`rdma_ports`]: InfiniBand/RoCE ports the node must have up.
 //!
@@ -16,8 +14,5 @@
 pub mod brake;
 pub mod dcgm;
 pub mod drain;
-pub mod drain_record;
-pub mod escalation;
-pub mod pending;
 pub mod rdma_ports;
 pub mod recovery;

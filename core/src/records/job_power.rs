@@ -120,14 +120,14 @@ pub fn sample_running_jobs(state: &StateDir, snapshot: &NodeSnapshot) {
 
 fn sample_job(state: &StateDir, job: JobId, snapshot: &NodeSnapshot) -> Result<(), String> {
     let Some(start) = state
-        .load::<JobStart>(StateFile::JobStart(job))
+        .load::<JobStart>(job)
         .map_err(|e| e.to_string())?
         .filter(|s| s.job_id == job)
     else {
         return Ok(());
     };
     let mut peaks = state
-        .load::<PowerPeaks>(StateFile::JobPowerPeaks(job))
+        .load::<PowerPeaks>(job)
         .unwrap_or_default()
         .unwrap_or_default();
     peaks.version = PEAKS_VERSION;
@@ -135,9 +135,7 @@ fn sample_job(state: &StateDir, job: JobId, snapshot: &NodeSnapshot) -> Result<(
     if peaks.gpus.is_empty() {
         return Ok(());
     }
-    state
-        .save(StateFile::JobPowerPeaks(job), &peaks)
-        .map_err(|e| e.to_string())
+    state.save(job, &peaks).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -210,5 +208,12 @@ mod tests {
             }),
             "the two GPUs at the one moment that drew most"
         );
+    }
+}
+
+impl crate::state::StateValue for PowerPeaks {
+    type Key = JobId;
+    fn file(job: JobId) -> crate::state::StateFile {
+        crate::state::StateFile::JobPowerPeaks(job)
     }
 }

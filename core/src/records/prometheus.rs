@@ -40,7 +40,7 @@ impl LivePower {
 /// Rewrite the textfile with the recent jobs as they are and `live` (the
 /// health check's refresh of the live figures).
 pub fn refresh_live(state: &StateDir, textfile: &Path, live: &LivePower) -> Result<(), StateError> {
-    let recent: Vec<JobRecord> = state.load(StateFile::RecentJobs)?.unwrap_or_default();
+    let recent: Vec<JobRecord> = state.load(())?.unwrap_or_default();
     state::write_file_atomic(textfile, render_with(&recent, Some(live)).as_bytes(), 0o644)
 }
 
@@ -53,7 +53,7 @@ pub fn update(
     live: Option<&LivePower>,
 ) -> Result<(), StateError> {
     // Locked: concurrent epilogs read, change and write the same list.
-    let recent = state.update(StateFile::RecentJobs, |r: Option<Vec<JobRecord>>| {
+    let recent = state.update((), |r: Option<Vec<JobRecord>>| {
         let mut recent = r.unwrap_or_default();
         recent.retain(|r| r.job_id != record.job_id);
         recent.push(record.clone());
@@ -63,6 +63,14 @@ pub fn update(
         (Some(recent.clone()), recent)
     })?;
     state::write_file_atomic(textfile, render_with(&recent, live).as_bytes(), 0o644)
+}
+
+/// The latest job records of the node, for the textfile.
+impl crate::state::StateValue for Vec<JobRecord> {
+    type Key = ();
+    fn file((): ()) -> StateFile {
+        StateFile::RecentJobs
+    }
 }
 
 /// A live GPU figure: name, help, value of one (index, draw, limit).

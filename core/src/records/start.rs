@@ -111,3 +111,10 @@ impl JobStart {
         self.gpus.iter().find(|g| g.index == index)
     }
 }
+
+impl crate::state::StateValue for JobStart {
+    type Key = JobId;
+    fn file(job: JobId) -> crate::state::StateFile {
+        crate::state::StateFile::JobStart(job)
+    }
+}

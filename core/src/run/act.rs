@@ -1,162 +1,309 @@
-//! Decide and act: the one place where a run's findings become a drain,
-//! or, when the drain cannot be made, pending findings kept for the next
-//! run. [`decide`] is pure; [`act`] drains through the brake and then
-//! updates `StateFile::PendingDrain`.
+//! Decide and act: the one place where a run's findings meet the node's
+//! fault ledger and become a drain, or faults kept pending with why.
+//!
+//! A run that may act takes the node's turn ([`Turn::take`]: the run lock,
+//! then the ledger, read once), folds its findings in, decides from the
+//! ledger (`Ledger::plan`, pure), drains through the brake, writes down
+//! what that came to (`Ledger::record`, pure) and saves the ledger once
+//! ([`Turn::commit`]); only then may the caller mark anything as handled.
 
-use crate::finding::{drain_reason, Action, Finding};
-use crate::ops::drain::{DrainOutcome, Drainer};
-use crate::ops::pending::{self, Acted, PendingCause, PendingDrain, RunView};
+use std::cell::OnceCell;
+use std::time::{Duration, Instant};
+
+use crate::finding::{Action, Finding};
+use crate::ids::NodeName;
+use crate::ledger::{store, FaultId, Ledger, PendingCause, Plan, Recorded, RunView};
+use crate::ops::drain::{DrainOutcome, Drainer, Standing};
 use crate::slurm::Scontrol;
-use crate::state::StateFile;
+use crate::state::{RunLock, StateError};
 
 use super::RunContext;
 
-/// What to do about a run's findings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DrainDecision {
-    /// Drain the node with this reason.
-    pub drain_reason: Option<String>,
-    /// Why a draining finding must not drain in this run.
-    pub held_back: Option<String>,
+/// A run's turn on the node: the run lock held, the ledger read.
+pub struct Turn<'a> {
+    pub ctx: &'a RunContext,
+    pub loaded: store::Loaded,
+    /// How long the run waited for its turn: that much less is left of
+    /// its Slurm budget.
+    waited: Duration,
+    slurm: OnceCell<Scontrol<'a>>,
+    _lock: Option<RunLock>,
 }
 
-/// Pure: drain when a finding asks for it and the configuration could be
-/// trusted (a configuration mistake must never drain a node).
-pub fn decide(findings: &[Finding], config_ok: bool) -> DrainDecision {
-    match drain_reason(findings) {
-        Some(r) if !config_ok => DrainDecision {
-            drain_reason: None,
-            held_back: Some(format!("configuration error; would have drained: {r}")),
-        },
-        r => DrainDecision {
-            drain_reason: r,
-            held_back: None,
-        },
+/// The node's turn was not had within the run's budget: another run of
+/// this node is deciding and acting; what it found is its to act on.
+#[derive(Debug)]
+pub struct Busy(pub StateError);
+
+impl<'a> Turn<'a> {
+    /// Wait (at most the run's Slurm budget, `scontrol_timeout_ms`) for
+    /// the node's turn, then read the ledger.
+    pub fn take(ctx: &'a RunContext) -> Result<Turn<'a>, Busy> {
+        let budget = Duration::from_millis(ctx.config().scontrol_timeout_ms);
+        let t0 = Instant::now();
+        let lock = ctx.state.lock_run(budget).map_err(Busy)?;
+        Ok(Turn {
+            ctx,
+            loaded: store::load(&ctx.state, &ctx.node),
+            waited: t0.elapsed(),
+            slurm: OnceCell::new(),
+            _lock: lock,
+        })
+    }
+
+    /// The run's scontrol, its budget started at the first use (so that
+    /// the healthy path's work does not eat it) less the wait for the
+    /// turn (so that a run never holds Slurm longer than its budget in
+    /// all).
+    pub fn slurm(&self) -> &Scontrol<'a> {
+        self.slurm.get_or_init(|| {
+            let cfg = self.ctx.config();
+            let budget = Duration::from_millis(cfg.scontrol_timeout_ms);
+            Scontrol::new(&cfg.scontrol, budget.saturating_sub(self.waited))
+        })
+    }
+
+    pub fn ledger(&self) -> &Ledger {
+        &self.loaded.ledger
+    }
+
+    /// Save the ledger (when it changed). False when it could not be
+    /// saved: then nothing the run found may be marked as handled.
+    pub fn commit(&mut self) -> bool {
+        match store::save(&self.ctx.state, &self.loaded) {
+            Ok(()) => {
+                self.loaded.saved();
+                true
+            }
+            Err(e) => {
+                log::error!(
+                    "cannot save the node's fault ledger: {e}; the kernel-log records stay unread so the next run sees them again"
+                );
+                false
+            }
+        }
     }
 }
 
 /// What a run's action came to.
 #[derive(Debug)]
 pub struct ActOutcome {
-    pub decision: DrainDecision,
+    pub plan: Plan,
     /// `None` when no drain was tried.
     pub drain: Option<DrainOutcome>,
-    /// Every draining finding was acted on or is kept as pending (when
-    /// false the run must not mark its inputs as handled).
-    pub kept: bool,
+    /// The run found a draining fault itself.
+    pub fresh: bool,
+    /// Faults an admin answered by returning the node outside gpu-health
+    /// (closed, not drained again).
+    pub answered: usize,
+    /// This run changed gpu-health's drain in Slurm (drained the node, or
+    /// gave it a new reason), rather than finding it as it was.
+    pub drain_changed: bool,
 }
 
 impl ActOutcome {
-    /// Drained now (or already by gpu-health).
+    /// Slurm holds gpu-health's drain of the node now.
     pub fn drained(&self) -> bool {
         matches!(self.drain, Some(DrainOutcome::Drained))
     }
 
-    /// Why a draining finding did not drain, if one did not.
+    /// Why an open draining fault did not drain, if one did not.
     pub fn not_drained(&self) -> Option<&str> {
-        match &self.drain {
-            Some(
-                DrainOutcome::HeldBack(w) | DrainOutcome::Foreign(w) | DrainOutcome::Failed(w),
+        match (&self.drain, &self.plan) {
+            (
+                Some(
+                    DrainOutcome::HeldBack(w) | DrainOutcome::Foreign(w) | DrainOutcome::Failed(w),
+                ),
+                _,
             ) => Some(w),
-            Some(DrainOutcome::Drained) => None,
-            None => self.decision.held_back.as_deref(),
+            (None, Plan::Hold { why }) => Some(why),
+            _ => None,
         }
     }
 }
 
-/// Decide, drain through the brake when the decision says so, and keep
-/// what could not be acted on as pending (with why). `pending` is what the
-/// run loaded (`None`: nothing); `view` what it knows for the pending
-/// rules.
-pub fn act(
-    ctx: &RunContext,
-    slurm: &Scontrol<'_>,
-    findings: &[Finding],
-    pending: Option<&PendingDrain>,
-    view: &RunView,
-) -> ActOutcome {
-    let decision = decide(findings, ctx.config_ok());
-    if let Some(why) = &decision.held_back {
-        log::error!("{why}");
-    }
-    let draining: Vec<Finding> = findings
+/// Fold `findings` into the ledger, decide, drain through the brake when
+/// the ledger says so, and write down what came of it (the caller saves
+/// with [`Turn::commit`]).
+pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutcome {
+    let ctx = turn.ctx;
+    let found: Vec<FaultId> = findings
         .iter()
         .filter(|f| f.action.drains())
-        .cloned()
+        .map(FaultId::of)
         .collect();
-    let drain = decision.drain_reason.as_deref().map(|reason| {
-        let look_first = pending.is_some_and(|p| {
-            p.findings
-                .iter()
-                .any(|f| f.cause == PendingCause::DrainedBySomeoneElse)
-        });
-        let drainer = Drainer {
-            brake: &ctx.config().brake,
-            slurm,
-            state: &ctx.state,
-            look_first,
-        };
-        let summaries: Vec<String> = draining.iter().map(|f| f.summary.clone()).collect();
-        if reason.ends_with(" more (drain)") || reason.ends_with(" more (drain-until-clean)") {
-            log::error!("all draining findings: {}", summaries.join("; "));
+    let fresh = turn
+        .loaded
+        .ledger
+        .observe(findings, view, &ctx.config().recovery);
+    if turn.loaded.ledger.claim_ms.is_some() {
+        withdraw_left_claim(turn);
+    }
+    let mut plan = turn.loaded.ledger.plan(ctx.config_ok());
+    let mut answered = 0;
+    let drain = match &plan {
+        Plan::Quiet => None,
+        Plan::Hold { why } => {
+            log::error!("{why}");
+            None
         }
-        drainer.drain_guarded(&ctx.node, reason, &summaries, ctx.now_ms)
-    });
-    let not_acted = |cause, why: &String| Acted::NotActed {
-        findings: draining.clone(),
+        Plan::Drain {
+            reason,
+            ours_already: true,
+            ..
+        } => {
+            let reason = reason.clone();
+            match drainer_look(turn) {
+                Ok(Standing::Ours(current)) => {
+                    Some(with_drainer(turn, |d| d.redrain(&ctx.node, &current, &reason)))
+                }
+                Ok(Standing::Foreign(current)) => Some(DrainOutcome::Foreign(format!(
+                    "{} is drained by someone else ({:?}); not touching it, would have drained: {reason}",
+                    ctx.node,
+                    crate::text::printable(&current)
+                ))),
+                Ok(Standing::InService) => {
+                    answered = turn.loaded.ledger.returned_by_someone(&found);
+                    log::warn!(
+                        "{} is back in service although gpu-health drained it: someone returned it; \
+                         {answered} fault(s) it had are taken as answered{}",
+                        ctx.node,
+                        if turn.loaded.ledger.faults.is_empty() {
+                            String::new()
+                        } else {
+                            ", the ones found again drain it again".to_string()
+                        }
+                    );
+                    plan = turn.loaded.ledger.plan(ctx.config_ok());
+                    match &plan {
+                        Plan::Drain {
+                            reason, look_first, ..
+                        } => {
+                            let (reason, look_first) = (reason.clone(), *look_first);
+                            Some(with_drainer(turn, |d| {
+                                d.drain_new(&ctx.node, &reason, look_first)
+                            }))
+                        }
+                        _ => None,
+                    }
+                }
+                Err(e) => Some(DrainOutcome::Failed(format!(
+                    "cannot look at {} in Slurm ({e}); would have drained: {reason}",
+                    ctx.node
+                ))),
+            }
+        }
+        Plan::Drain {
+            reason, look_first, ..
+        } => {
+            let (reason, look_first) = (reason.clone(), *look_first);
+            Some(with_drainer(turn, |d| {
+                d.drain_new(&ctx.node, &reason, look_first)
+            }))
+        }
+    };
+    let recorded = recorded(&plan, drain.as_ref());
+    if let Recorded::NotActed { .. } = &recorded {
+        let summaries: Vec<String> = turn
+            .loaded
+            .ledger
+            .faults
+            .iter()
+            .map(|f| f.summary.clone())
+            .collect();
+        log::error!(
+            "{} not drained; its open faults stay pending: {}",
+            ctx.node,
+            summaries.join("; ")
+        );
+    }
+    let ledger = &mut turn.loaded.ledger;
+    let before = ledger.drain.as_ref().map(|m| m.reason.clone());
+    ledger.record(&recorded, fresh, view.now_ms);
+    ledger.claim_ms = None;
+    let drain_changed =
+        matches!(&recorded, Recorded::Drained { reason } if before.as_ref() != Some(reason));
+    ActOutcome {
+        plan,
+        drain,
+        fresh,
+        answered,
+        drain_changed,
+    }
+}
+
+/// The ledger's account of a plan and what the drain came to.
+fn recorded(plan: &Plan, drain: Option<&DrainOutcome>) -> Recorded {
+    let not_acted = |cause, why: &String| Recorded::NotActed {
         cause,
         why: why.clone(),
     };
-    let acted = match (&drain, &decision.held_back) {
-        (Some(DrainOutcome::Drained), _) => Acted::Drained(draining.clone()),
-        (Some(DrainOutcome::HeldBack(w)), _) => not_acted(PendingCause::Brake, w),
-        (Some(DrainOutcome::Foreign(w)), _) => not_acted(PendingCause::DrainedBySomeoneElse, w),
-        (Some(DrainOutcome::Failed(w)), _) => not_acted(PendingCause::SlurmFailed, w),
-        (None, Some(w)) => not_acted(PendingCause::ConfigError, w),
-        (None, None) => Acted::Nothing,
-    };
-    let kept = keep_pending(ctx, pending, &acted, view);
-    ActOutcome {
-        decision,
-        drain,
-        kept,
+    match (plan, drain) {
+        (Plan::Drain { reason, .. }, Some(DrainOutcome::Drained)) => Recorded::Drained {
+            reason: reason.clone(),
+        },
+        (_, Some(DrainOutcome::HeldBack(w))) => not_acted(PendingCause::Brake, w),
+        (_, Some(DrainOutcome::Foreign(w))) => not_acted(PendingCause::DrainedBySomeoneElse, w),
+        (_, Some(DrainOutcome::Failed(w))) => not_acted(PendingCause::SlurmFailed, w),
+        (Plan::Hold { why }, None) => not_acted(PendingCause::ConfigError, why),
+        _ => Recorded::Nothing,
     }
 }
 
-/// Update the pending findings after acting. Skipped (no file work) on a
-/// healthy run with nothing pending. False when findings that were not
-/// acted on could not be kept.
-fn keep_pending(
-    ctx: &RunContext,
-    loaded: Option<&PendingDrain>,
-    acted: &Acted,
-    view: &RunView,
-) -> bool {
-    if loaded.is_none() && *acted == Acted::Nothing {
-        return true;
-    }
-    let updated = ctx.state.update(StateFile::PendingDrain, |current| {
-        (pending::apply(current, acted, view), ())
-    });
-    match updated {
-        Ok(()) => true,
-        Err(e) => {
-            let lost = matches!(acted, Acted::NotActed { .. });
-            log::error!(
-                "cannot update the pending drain findings: {e}{}",
-                if lost {
-                    "; the kernel-log records stay unread so the next run sees them again"
-                } else {
-                    ""
-                }
-            );
-            !lost
-        }
+fn drainer_look(turn: &Turn<'_>) -> Result<Standing, crate::slurm::SlurmError> {
+    let noop = |_: u64| Ok(());
+    let d = Drainer {
+        brake: &turn.ctx.config().brake,
+        slurm: turn.slurm(),
+        before_claim: &noop,
+    };
+    d.look(&turn.ctx.node)
+}
+
+/// Run `f` with a drainer whose claims are written into the ledger
+/// before they are sent (a kill between the two leaves a claim the next
+/// run can withdraw).
+fn with_drainer(turn: &mut Turn<'_>, f: impl FnOnce(&Drainer<'_>) -> DrainOutcome) -> DrainOutcome {
+    let state = &turn.ctx.state;
+    let before = turn.loaded.ledger.clone();
+    let record_claim = |stamp: u64| {
+        let mut l = before.clone();
+        l.claim_ms = Some(stamp);
+        state.save((), &l).map_err(|e| e.to_string())
+    };
+    let d = Drainer {
+        brake: &turn.ctx.config().brake,
+        slurm: turn.slurm(),
+        before_claim: &record_claim,
+    };
+    let outcome = f(&d);
+    // Whatever was saved before the claim is not what the file holds now.
+    turn.loaded.forget_original();
+    outcome
+}
+
+/// A claim an earlier run of this node made and did not see through
+/// (killed): withdraw it when Slurm still shows it.
+fn withdraw_left_claim(turn: &mut Turn<'_>) {
+    let Some(stamp) = turn.loaded.ledger.claim_ms.take() else {
+        return;
+    };
+    let node = &turn.ctx.node;
+    match turn.slurm().show_node(node) {
+        Ok(Some(me)) if me.claim_ms == Some(stamp) => match turn.slurm().release_claim(node) {
+            Ok(()) => log::info!("withdrew a drain-brake claim an interrupted run left on {node}"),
+            Err(e) => {
+                log::warn!("cannot withdraw the claim an interrupted run left on {node}: {e}")
+            }
+        },
+        Ok(_) => {}
+        Err(e) => log::warn!("cannot look for a claim an interrupted run left on {node}: {e}"),
     }
 }
 
 /// A finding that tells a job why its node was not drained although a
-/// check asked for it (strict jobs are refused on it).
+/// fault asked for it (strict jobs are refused on it). It names no
+/// process: the faults' summaries are the driver's and gpu-health's.
 pub fn not_drained_note(outcome: &ActOutcome) -> Option<Finding> {
     let why = outcome.not_drained()?;
     let summary = match &outcome.drain {
@@ -173,33 +320,62 @@ pub fn not_drained_note(outcome: &ActOutcome) -> Option<Finding> {
     ))
 }
 
+/// Whether the job must stay off the node (prolog exit 1, Slurm requeues
+/// it): the node is drained, or its drain could not be made because
+/// Slurm failed (Slurm then drains the node itself, "Prolog error"): a
+/// job never starts on a node with a fault merely because scontrol
+/// failed. The brake's hold, someone else's drain and a configuration
+/// error let the job start, warned (strict jobs are refused), so that
+/// neither a bad rule nor a bad file drains nodes through Slurm's
+/// "Prolog error" behind the brake's back.
+pub fn keeps_job_off(outcome: &ActOutcome) -> bool {
+    matches!(
+        outcome.drain,
+        Some(DrainOutcome::Drained | DrainOutcome::Failed(_))
+    )
+}
+
+/// The view of a prolog or health check (they read the node's kernel log).
+pub fn node_run_view(ctx: &RunContext) -> RunView {
+    RunView {
+        now_ms: ctx.now_ms,
+        config_ok: ctx.config_ok(),
+        scans_kernel_log: true,
+        at_job_end: false,
+    }
+}
+
+/// What a run that did not get the node's turn logs.
+pub fn busy_note(node: &NodeName, e: &Busy) -> String {
+    format!(
+        "another gpu-health run on {node} holds its turn ({}): this run decides nothing and marks nothing as handled",
+        e.0
+    )
+}
+
+/// The ledger as it is on disk, read without taking the node's turn (a
+/// run that did not get it; the admin command): saves are atomic, so it
+/// is always a whole one.
+pub fn peek(ctx: &RunContext) -> Option<Ledger> {
+    ctx.state.load::<Ledger>(()).ok().flatten()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn config_error_never_drains() {
-        let f = vec![Finding::node(
-            "nvml",
-            Action::Drain,
-            "NVML init failed".into(),
-            "m".into(),
-        )];
-        let d = decide(&f, true);
-        assert_eq!(
-            d.drain_reason.as_deref(),
-            Some("gpu-health: NVML init failed (drain)")
-        );
-        let d = decide(&f, false);
-        assert_eq!(d.drain_reason, None);
-        assert!(d.held_back.unwrap().contains("NVML init failed"));
-        let w = vec![Finding::node("x", Action::Warn, "w".into(), "m".into())];
-        assert_eq!(
-            decide(&w, true),
-            DrainDecision {
-                drain_reason: None,
-                held_back: None
-            }
-        );
+    fn only_a_drain_or_a_failed_slurm_keeps_the_job_off() {
+        let out = |d| ActOutcome {
+            plan: Plan::Quiet,
+            drain: Some(d),
+            fresh: true,
+            answered: 0,
+            drain_changed: false,
+        };
+        assert!(keeps_job_off(&out(DrainOutcome::Failed("x".into()))));
+        assert!(keeps_job_off(&out(DrainOutcome::Drained)));
+        assert!(!keeps_job_off(&out(DrainOutcome::HeldBack("x".into()))));
+        assert!(!keeps_job_off(&out(DrainOutcome::Foreign("x".into()))));
     }
 }

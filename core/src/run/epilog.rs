@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::finding::Finding;
 use crate::ids::JobId;
+use crate::ledger::{Plan, RunView};
 use crate::probe::{self, ProbeOptions};
 use crate::records::{
     self, build_record, delta_findings, during_job, JobEnd, JobMeta, JobRecord, JobStart,
@@ -20,7 +21,8 @@ use crate::snapshot::NodeSnapshot;
 use crate::state::StateFile;
 use crate::xid::{self, Policy, RepeatHistory, XidEvent};
 
-use super::{act, prolog, JobEnv, RunContext};
+use super::act::{self, Turn};
+use super::{prolog, JobEnv, RunContext};
 
 /// Start snapshots older than this belong to jobs whose Epilog never ran
 /// (longer than any sane time limit).
@@ -64,7 +66,7 @@ fn finish_job(ctx: &RunContext, job: &JobEnv, meta: &JobMeta) -> EpilogOutcome {
         log::warn!("no SLURM_JOB_ID: no job record");
         return nothing;
     };
-    let start = match ctx.state.load::<JobStart>(StateFile::JobStart(job_id)) {
+    let start = match ctx.state.load::<JobStart>(job_id) {
         Ok(Some(s)) if s.job_id == job_id => Ok(s),
         Ok(Some(_)) => Err("start snapshot of another job under this job's name".to_string()),
         Ok(None) => Err(NO_START.to_string()),
@@ -88,10 +90,7 @@ fn finish_job(ctx: &RunContext, job: &JobEnv, meta: &JobMeta) -> EpilogOutcome {
     let mut snapshot = probe::probe_with_deadline(cfg.nvml_library.as_deref(), opts, deadline);
     probe::number_as_on_node_in_job(&mut snapshot, &cfg.sysfs_root, job_id.get());
     let xids = job_xids(cfg, &snapshot, &start, &job_gpus, ctx.now_ms);
-    let power_peaks = match ctx
-        .state
-        .load::<PowerPeaks>(StateFile::JobPowerPeaks(job_id))
-    {
+    let power_peaks = match ctx.state.load::<PowerPeaks>(job_id) {
         Ok(p) => p,
         Err(e) => {
             log::info!("job {job_id}: health-check power samples unreadable: {e}");
@@ -211,24 +210,37 @@ fn act_on_faults(ctx: &RunContext, job_id: JobId, record: &mut JobRecord) {
     })
     .collect();
     findings.extend(delta_findings(record));
-    let fresh_fault = findings.iter().any(|f| f.action.drains());
-    if !fresh_fault {
+    if !findings.iter().any(|f| f.action.drains()) {
         return;
     }
     for f in findings.iter().filter(|f| f.action.drains()) {
         log::error!("job {job_id}: {}", f.log_line());
     }
-    let view = crate::ops::pending::RunView {
-        now_ms: ctx.now_ms,
-        quiet_ms: ctx.config().recovery.quiet_ms(),
-        fresh_fault,
-        config_ok: ctx.config_ok(),
+    let mut turn = match Turn::take(ctx) {
+        Ok(t) => t,
+        Err(busy) => {
+            // The faults of the kernel log are read again by the node's
+            // next check; the counters are measured again by its probe.
+            let why = act::busy_note(&ctx.node, &busy);
+            log::error!("job {job_id}: {why}");
+            record.drain_failed = Some(why);
+            return;
+        }
     };
-    let outcome = act::act(ctx, &ctx.scontrol(), &findings, None, &view);
-    if outcome.drained() {
-        record.drained = outcome.decision.drain_reason.clone();
-    } else if let Some(why) = outcome.not_drained() {
-        record.drain_failed = Some(why.to_string());
+    let view = RunView {
+        now_ms: ctx.now_ms,
+        config_ok: ctx.config_ok(),
+        scans_kernel_log: false,
+        at_job_end: true,
+    };
+    let outcome = act::act(&mut turn, &findings, &view);
+    turn.commit();
+    match (&outcome.plan, outcome.not_drained()) {
+        (_, Some(why)) => record.drain_failed = Some(why.to_string()),
+        (Plan::Drain { reason, .. }, None) if outcome.drained() => {
+            record.drained = Some(reason.clone());
+        }
+        _ => {}
     }
 }
 

@@ -4,22 +4,23 @@
 //! what the counters were (the job's start snapshot).
 //!
 //! The healthy path calls no Slurm command: one NVML probe, the checks,
-//! the kernel-log scan, a few state files.
+//! the kernel-log scan, a few state files, the node's run lock.
 
 use crate::finding::{Action, Finding};
+use crate::ledger::Ledger;
 use crate::ops::dcgm;
-
 use crate::probe::{self, ProbeOptions};
 use crate::records::{self, JobStart};
-use crate::state::StateFile;
 use crate::verdict::{self, JobVerdict, Mode};
 
+use super::act::{self, Turn};
 use super::node_check::{self, NodeCheck};
-use super::{act, JobEnv, RunContext};
+use super::{JobEnv, RunContext};
 
 /// The Prolog of `job`. Returns the exit code: 0 lets the job start, 1
-/// means the node was drained (or scontrol failed, which Slurm answers
-/// with its own drain) and the job must go elsewhere.
+/// keeps it off the node (Slurm requeues it): the node was drained, or
+/// its drain could not be made because Slurm failed (Slurm then drains
+/// the node itself, see `act::keeps_job_off`).
 pub fn run(ctx: &RunContext, job: &JobEnv) -> i32 {
     for n in &job.notes {
         log::warn!("{n}");
@@ -36,48 +37,53 @@ pub fn run(ctx: &RunContext, job: &JobEnv) -> i32 {
         .job_id
         .filter(|j| probe::seen_from_job(j.get()))
         .map(|_| job.job_gpus.len());
-    let mut check = node_check::check_node_for_drain(ctx, opts, job_view);
+    let snapshot = node_check::probe(ctx, opts, job_view);
+    let mut extra = Vec::new();
+    if job.mode == Mode::Strict && cfg.dcgm.strict_jobs {
+        let outcome = dcgm::run_diag(&cfg.dcgm, &job.job_gpus);
+        log::info!("strict job: {}", outcome.describe());
+        extra = outcome.findings();
+    }
+    flush_spool(ctx);
+    let mut turn = match Turn::take(ctx) {
+        Ok(t) => t,
+        Err(busy) => return without_turn(ctx, job, snapshot, job_view, extra, &busy),
+    };
+    let lost = turn.loaded.unreadable.clone();
+    let mut check = node_check::judge(ctx, snapshot, job_view, lost.is_some());
     check.findings.extend(crate::checks::leftovers(
         &check.snapshot,
         &job.job_gpus,
         &cfg.thresholds,
     ));
-    if job.mode == Mode::Strict && cfg.dcgm.strict_jobs {
-        let outcome = dcgm::run_diag(&cfg.dcgm, &job.job_gpus);
-        log::info!("strict job: {}", outcome.describe());
-        let found = outcome.findings();
-        check.fresh_fault |= found.iter().any(|f| f.action.drains());
-        check.findings.extend(found);
+    check.findings.extend(extra);
+    if let Some(why) = lost {
+        check.findings.push(ledger_lost(why));
     }
     log_findings(&check.findings);
-    flush_spool(ctx);
-
-    let slurm = ctx.scontrol();
-    let view = node_check::view(ctx, &check);
-    let outcome = act::act(ctx, &slurm, &check.findings, check.pending.as_ref(), &view);
-    node_check::commit(ctx, &mut check, ctx.config_ok() && outcome.kept);
+    let outcome = act::act(&mut turn, &check.findings, &act::node_run_view(ctx));
+    let saved = turn.commit();
+    node_check::commit(ctx, &mut check, ctx.config_ok() && saved);
+    let keep_off = act::keeps_job_off(&outcome);
+    let mut told = check.findings.clone();
+    told.extend(open_faults(turn.ledger(), &check.findings));
+    drop(turn);
 
     save_job_start(ctx, job, &check);
-    let code = match &outcome.drain {
-        Some(crate::ops::drain::DrainOutcome::Drained) => 1,
-        // Slurm drains the node itself ("Prolog error"): the job must not
-        // start on a node that has a fault.
-        Some(crate::ops::drain::DrainOutcome::Failed(_)) => 1,
-        _ => 0,
-    };
-    if code == 0 {
-        // Held back (brake, configuration error, someone else's drain):
-        // the job runs, warned; strict jobs are refused by the plugin.
-        if let Some(note) = act::not_drained_note(&outcome) {
+    let code = i32::from(keep_off);
+    if let Some(note) = act::not_drained_note(&outcome) {
+        if code == 0 {
+            // Held back (brake, configuration error): the job runs,
+            // warned; strict jobs are refused by the plugin.
             log::error!(
-                "job {} starts on a faulty node: {}",
+                "job {} starts on a node with a fault that was not drained: {}",
                 job.job_id.map_or("-".into(), |j| j.to_string()),
                 note.message
             );
-            check.findings.push(note);
         }
+        told.push(note);
     }
-    write_verdict(ctx, job, &check);
+    write_verdict(ctx, job, told);
     log::info!(
         "job {} on {}: {} findings, exit {code}, probe {} us",
         job.job_id.map_or("-".into(), |j| j.to_string()),
@@ -86,6 +92,74 @@ pub fn run(ctx: &RunContext, job: &JobEnv) -> i32 {
         check.snapshot.probe_us
     );
     code
+}
+
+/// Another run of this node holds its turn past this run's budget (it is
+/// acting on what it found). This run changes no state: it judges the
+/// node read-only, and keeps the job off when a draining fault names the
+/// job's GPUs or the node, or gpu-health's drain is on record.
+fn without_turn(
+    ctx: &RunContext,
+    job: &JobEnv,
+    snapshot: crate::snapshot::NodeSnapshot,
+    job_view: Option<usize>,
+    extra: Vec<Finding>,
+    busy: &act::Busy,
+) -> i32 {
+    log::warn!("{}", act::busy_note(&ctx.node, busy));
+    let mut check = node_check::judge(ctx, snapshot, job_view, false);
+    check.findings.extend(crate::checks::leftovers(
+        &check.snapshot,
+        &job.job_gpus,
+        &ctx.config().thresholds,
+    ));
+    check.findings.extend(extra);
+    log_findings(&check.findings);
+    let ledger = act::peek(ctx).unwrap_or_else(|| Ledger::new(ctx.node.as_str()));
+    let names_job =
+        |f: &Finding| f.action.drains() && f.gpu.is_none_or(|g| job.job_gpus.contains(&g));
+    let keep_off = ctx.config_ok()
+        && (ledger.drain.is_some()
+            || check.findings.iter().any(names_job)
+            || ledger.names_job(&job.job_gpus));
+    save_job_start(ctx, job, &check);
+    let mut told = check.findings.clone();
+    told.extend(open_faults(&ledger, &check.findings));
+    write_verdict(ctx, job, told);
+    i32::from(keep_off)
+}
+
+/// The ledger's open faults the run did not find itself, for the job: a
+/// fault held back earlier (brake, Slurm, configuration) still warns
+/// every job and refuses strict ones.
+fn open_faults(ledger: &Ledger, own: &[Finding]) -> Vec<Finding> {
+    let held = ledger.held.as_ref();
+    ledger
+        .faults
+        .iter()
+        .filter(|f| !own.iter().any(|o| crate::ledger::FaultId::of(o) == f.id))
+        .map(|f| {
+            let mut finding = f.finding();
+            let why = held.map_or("not drained yet", |h| h.cause.as_str());
+            finding.message = format!(
+                "{} (pending since {}: {why})",
+                finding.message,
+                crate::time::format_utc_ms(f.first_ms)
+            );
+            finding
+        })
+        .collect()
+}
+
+/// The finding that says the fault ledger was lost (not a drain: a bad
+/// file never drains a node).
+pub(super) fn ledger_lost(why: String) -> Finding {
+    Finding::node(
+        "ledger",
+        Action::Warn,
+        "fault ledger unreadable".into(),
+        why,
+    )
 }
 
 pub(super) fn log_findings(findings: &[Finding]) {
@@ -122,14 +196,14 @@ fn save_job_start(ctx: &RunContext, job: &JobEnv, check: &NodeCheck) {
         check.xid.cursor(),
         ctx.now_ms,
     );
-    if let Err(e) = ctx.state.save(StateFile::JobStart(job_id), &start) {
+    if let Err(e) = ctx.state.save(job_id, &start) {
         log::error!(
             "cannot save the start of job {job_id}; its record will lack energy and deltas: {e}"
         );
     }
 }
 
-fn write_verdict(ctx: &RunContext, job: &JobEnv, check: &NodeCheck) {
+fn write_verdict(ctx: &RunContext, job: &JobEnv, findings: Vec<Finding>) {
     let Some(job_id) = job.job_id else {
         return;
     };
@@ -139,10 +213,10 @@ fn write_verdict(ctx: &RunContext, job: &JobEnv, check: &NodeCheck) {
         mode: job.mode,
         written_at_ms: ctx.now_ms,
         job_gpus: job.job_gpus.clone(),
-        findings: verdict::job_findings(&check.findings, &job.job_gpus),
+        findings: verdict::job_findings(&findings, &job.job_gpus),
         config_error: ctx.loaded.error.as_ref().map(|e| e.to_string()),
     };
-    if let Err(e) = ctx.state.save(StateFile::JobVerdict(job_id), &v) {
+    if let Err(e) = ctx.state.save(job_id, &v) {
         log::error!("cannot write the verdict of job {job_id}: {e}");
     }
 }

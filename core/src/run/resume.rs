@@ -1,16 +1,21 @@
 //! `gpu-health resume NODE`: return a node gpu-health drained, after the
 //! checks pass once more on the node itself. Decide (the checks, read
 //! only: the kernel-log cursor is not moved), act (scontrol resume), and
-//! only then forget the pending findings.
+//! only then close the node's faults in its ledger.
+//!
+//! On a node that is not drained, open faults held back earlier (by the
+//! brake, a failing Slurm, a configuration error) stay: they are what the
+//! next run acts on. `--forget-pending` is the admin saying they were
+//! looked at.
 
 use crate::finding::is_own_reason;
 use crate::ids::NodeName;
 use crate::ops::drain::resume_own;
 use crate::ops::{dcgm, recovery};
 use crate::probe::ProbeOptions;
-use crate::state::StateFile;
 use crate::text::printable;
 
+use super::act::{self, Turn};
 use super::node_check;
 use super::RunContext;
 
@@ -19,9 +24,13 @@ use super::RunContext;
 pub enum ResumeOutcome {
     /// Resumed; the reason it had.
     Resumed(String),
-    /// Not drained; the node's state, and whether pending findings were
-    /// forgotten.
-    NotDrained { state: String, cleared: bool },
+    /// Not drained: the node's state, the open faults it still has (held
+    /// back, pending) and whether they were forgotten now.
+    NotDrained {
+        state: String,
+        pending: Vec<String>,
+        forgotten: bool,
+    },
     /// The checks still fail: why, one line each (exit 1).
     Refused(Vec<String>),
     /// Cannot be done (wrong node, configuration error, Slurm, someone
@@ -40,8 +49,14 @@ impl ResumeOutcome {
 }
 
 /// Resume `target`, which must be this node unless `force` (the checks
-/// must run on the node itself).
-pub fn run(ctx: &RunContext, target: &NodeName, force: bool) -> ResumeOutcome {
+/// must run on the node itself). `forget_pending`: on a node that is not
+/// drained, close the faults still pending.
+pub fn run(
+    ctx: &RunContext,
+    target: &NodeName,
+    force: bool,
+    forget_pending: bool,
+) -> ResumeOutcome {
     let me = &ctx.node;
     if target != me && !force {
         return ResumeOutcome::Error(format!(
@@ -54,67 +69,72 @@ pub fn run(ctx: &RunContext, target: &NodeName, force: bool) -> ResumeOutcome {
             "configuration error, the checks cannot be trusted: {e}"
         ));
     }
-    let slurm = ctx.scontrol();
-    let info = match slurm.show_node(target) {
+    // Outside the node's turn: DCGM's diagnostic takes minutes.
+    let problems = checks_now(ctx);
+    let mut turn = match Turn::take(ctx) {
+        Ok(t) => t,
+        Err(busy) => {
+            return ResumeOutcome::Error(format!(
+                "{}; try again in a few seconds",
+                act::busy_note(me, &busy)
+            ))
+        }
+    };
+    let info = match turn.slurm().show_node(target) {
         Ok(Some(info)) => info,
         Ok(None) => return ResumeOutcome::Error(format!("Slurm does not know {target}")),
         Err(e) => return ResumeOutcome::Error(format!("cannot ask Slurm about {target}: {e}")),
     };
     let reason = info.reason.clone().filter(|_| info.is_drained());
-    let pending = ctx
-        .state
-        .load_bytes(StateFile::PendingDrain)
-        .ok()
-        .flatten()
-        .is_some();
-    match &reason {
-        None if !pending => {
-            return ResumeOutcome::NotDrained {
+    let window = ctx.config().recovery.escalate_window_ms();
+    let outcome = match reason {
+        None => {
+            let pending: Vec<String> = turn
+                .ledger()
+                .faults
+                .iter()
+                .map(|f| format!("{} ({})", f.summary, f.action.as_str()))
+                .collect();
+            let forgotten = forget_pending && !pending.is_empty();
+            if forgotten {
+                turn.loaded.ledger.returned(false, ctx.now_ms, window);
+                log::warn!(
+                    "{target}: an admin forgot {} pending fault(s): {}",
+                    pending.len(),
+                    pending.join("; ")
+                );
+            }
+            ResumeOutcome::NotDrained {
                 state: info.state,
-                cleared: false,
+                pending,
+                forgotten,
             }
         }
-        Some(r) if !is_own_reason(r) => {
-            return ResumeOutcome::Error(format!(
-                "{target} is drained by someone else ({:?}); gpu-health only resumes its own \
-                 drains. If you mean it: scontrol update NodeName={target} State=RESUME",
-                printable(r)
-            ))
-        }
-        _ => {}
+        Some(r) if !is_own_reason(&r) => ResumeOutcome::Error(format!(
+            "{target} is drained by someone else ({:?}); gpu-health only resumes its own \
+             drains. If you mean it: scontrol update NodeName={target} State=RESUME",
+            printable(&r)
+        )),
+        Some(_) if !problems.is_empty() => ResumeOutcome::Refused(problems),
+        Some(r) => match resume_own(turn.slurm(), target) {
+            Ok(()) => {
+                // The admin answered every fault: the count of automatic
+                // returns starts over too.
+                turn.loaded.ledger.returned(false, ctx.now_ms, window);
+                ResumeOutcome::Resumed(r)
+            }
+            Err(e) => ResumeOutcome::Error(format!("scontrol failed: {e}")),
+        },
+    };
+    if !turn.commit() {
+        log::error!("{target}: the fault ledger was not saved; the closed faults may come back");
     }
-    let problems = checks_now(ctx);
-    if !problems.is_empty() {
-        return ResumeOutcome::Refused(problems);
-    }
-    if let Some(r) = reason {
-        if let Err(e) = resume_own(&slurm, &ctx.state, target) {
-            return ResumeOutcome::Error(format!("scontrol failed: {e}"));
-        }
-        forget_pending(ctx);
-        return ResumeOutcome::Resumed(r);
-    }
-    forget_pending(ctx);
-    ResumeOutcome::NotDrained {
-        state: info.state,
-        cleared: true,
-    }
-}
-
-/// The admin returned the node: what was pending is dealt with, and the
-/// count of automatic returns starts over (someone looked at the node).
-fn forget_pending(ctx: &RunContext) {
-    if let Err(e) = ctx.state.remove(StateFile::PendingDrain) {
-        log::error!("cannot forget the pending drain findings: {e}");
-    }
-    if let Err(e) = ctx.state.remove(StateFile::ReturnHistory) {
-        log::error!("cannot forget the automatic-return history: {e}");
-    }
+    outcome
 }
 
 /// Everything that stands against returning this node now: the checks
-/// and, when installed, DCGM's diagnostic. Pending findings do not count:
-/// the admin's resume is what answers them.
+/// and, when installed, DCGM's diagnostic. Open faults of the ledger do
+/// not count: the admin's resume is what answers them.
 fn checks_now(ctx: &RunContext) -> Vec<String> {
     let opts = ProbeOptions {
         topology: true,

@@ -232,6 +232,13 @@ impl PrivateDir {
         }
     }
 
+    /// Rename `from` to `to` in this directory (a symlink is renamed, not
+    /// followed).
+    pub fn rename(&self, from: &str, to: &str) -> Result<(), StateError> {
+        rustix::fs::renameat(&self.dir, from, &self.dir, to)
+            .map_err(|e| StateError::io(&self.child(from), e.into()))
+    }
+
     /// Names of the regular files here (not hidden ones: temporaries),
     /// with their modification time.
     pub fn list(&self) -> Result<Vec<(String, std::time::SystemTime)>, StateError> {
@@ -273,6 +280,38 @@ impl PrivateDir {
             if start.elapsed() >= LOCK_WAIT {
                 return Err(StateError::Busy {
                     path: self.path.clone(),
+                    waited_ms: start.elapsed().as_millis() as u64,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Open (create, `mode`) the regular file `name` and take its exclusive
+    /// lock, waiting at most `wait`; the lock goes with the returned file.
+    /// A lock file of its own, not the directory's: a run holding it may
+    /// still take the directory's lock for a single update.
+    pub fn lock_file(&self, name: &str, mode: u32, wait: Duration) -> Result<File, StateError> {
+        let path = self.child(name);
+        let flags = OFlags::RDWR
+            .union(OFlags::CREATE)
+            .union(OFlags::NOFOLLOW)
+            .union(OFlags::NONBLOCK)
+            .union(OFlags::CLOEXEC);
+        let fd = rustix::fs::openat(&self.dir, name, flags, Mode::from_raw_mode(mode))
+            .map_err(|e| open_error(&path, e, "file"))?;
+        let file = File::from(fd);
+        check_regular(&file, &path)?;
+        let start = Instant::now();
+        loop {
+            match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => return Ok(file),
+                Err(e) if e == rustix::io::Errno::WOULDBLOCK || e == rustix::io::Errno::INTR => {}
+                Err(e) => return Err(StateError::io(&path, e.into())),
+            }
+            if start.elapsed() >= wait {
+                return Err(StateError::Busy {
+                    path,
                     waited_ms: start.elapsed().as_millis() as u64,
                 });
             }

@@ -2,7 +2,36 @@
 //! cap, its mode and whether a write must reach the disk before the run
 //! goes on. No other module spells a state file name.
 
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
 use crate::ids::JobId;
+use crate::snapshot::NodeSnapshot;
+use crate::verdict::JobVerdict;
+
+/// A value kept in a state file. The type decides the file, so no caller
+/// can read one file as another file's type: `state.load::<EccHistory>(())`.
+/// Each type's impl lives beside the type (here for the types of the
+/// layers below this one); `run`'s tests check that no file has two.
+pub trait StateValue: Serialize + DeserializeOwned {
+    /// `()` for the node's own files, the job for per-job files.
+    type Key: Copy;
+    fn file(key: Self::Key) -> StateFile;
+}
+
+impl StateValue for NodeSnapshot {
+    type Key = ();
+    fn file((): ()) -> StateFile {
+        StateFile::NodeSnapshot
+    }
+}
+
+impl StateValue for JobVerdict {
+    type Key = JobId;
+    fn file(job: JobId) -> StateFile {
+        StateFile::JobVerdict(job)
+    }
+}
 
 /// The per-job subdirectory (verdicts, start snapshots).
 pub(super) const JOBS_DIR: &str = "jobs";
@@ -27,12 +56,20 @@ pub enum StateFile {
     NvlinkHistory,
     /// The latest node snapshot (the SPANK plugin reads its topology).
     NodeSnapshot,
-    /// The drain gpu-health made on this node.
-    DrainRecord,
-    /// Draining findings no run could act on yet, with why.
-    PendingDrain,
-    /// The automatic returns of this node (escalation counts them).
-    ReturnHistory,
+    /// The node's fault ledger: every open fault, what was done about
+    /// it, gpu-health's drain and the automatic returns (`ledger`).
+    Ledger,
+    /// A ledger that could not be read, moved aside for the admin.
+    LedgerUnreadable,
+    /// The lock file that makes the runs of one node take turns.
+    RunLock,
+    /// Before the ledger: the drain gpu-health made (read once, folded
+    /// into the ledger, removed).
+    LegacyDrainRecord,
+    /// Before the ledger: draining findings not acted on yet.
+    LegacyPendingDrain,
+    /// Before the ledger: the automatic returns.
+    LegacyReturnHistory,
     /// The latest job records, for the Prometheus textfile.
     RecentJobs,
     /// The prolog's verdict on a job (read by the SPANK plugin).
@@ -64,9 +101,12 @@ impl StateFile {
             StateFile::EccHistory => "ecc-history.json".into(),
             StateFile::NvlinkHistory => "nvlink-history.json".into(),
             StateFile::NodeSnapshot => "node-snapshot.json".into(),
-            StateFile::DrainRecord => "drain.json".into(),
-            StateFile::PendingDrain => "pending-drain.json".into(),
-            StateFile::ReturnHistory => "returns.json".into(),
+            StateFile::Ledger => "ledger.json".into(),
+            StateFile::LedgerUnreadable => "ledger.unreadable.json".into(),
+            StateFile::RunLock => "run.lock".into(),
+            StateFile::LegacyDrainRecord => "drain.json".into(),
+            StateFile::LegacyPendingDrain => "pending-drain.json".into(),
+            StateFile::LegacyReturnHistory => "returns.json".into(),
             StateFile::RecentJobs => "recent-jobs.json".into(),
             StateFile::JobVerdict(job) => format!("{job}.json"),
             StateFile::JobStart(job) => format!("{job}{START_SUFFIX}"),
@@ -79,7 +119,10 @@ impl StateFile {
     /// a larger file is not ours and is refused unread.
     pub(super) fn max_bytes(self) -> u64 {
         match self {
-            StateFile::SpooledRecord { .. } => 1 << 20,
+            // The ledger is bounded by construction (`ledger::MAX_FAULTS`,
+            // capped texts) to a few hundred KiB.
+            StateFile::Ledger | StateFile::SpooledRecord { .. } => 1 << 20,
+            StateFile::RunLock => 0,
             StateFile::RecentJobs => 16 << 20,
             _ => 4 << 20,
         }
@@ -91,10 +134,7 @@ impl StateFile {
     pub(super) fn durable(self) -> bool {
         matches!(
             self,
-            StateFile::DrainRecord
-                | StateFile::PendingDrain
-                | StateFile::ReturnHistory
-                | StateFile::SpooledRecord { .. }
+            StateFile::Ledger | StateFile::LedgerUnreadable | StateFile::SpooledRecord { .. }
         )
     }
 

@@ -25,10 +25,8 @@ mod records;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-
 pub use dir::{DirLock, PrivateDir};
+pub use files::StateValue;
 pub use files::{StateFile, RECORDS_DIR, RECORDS_FILE};
 pub use records::RecordsDir;
 
@@ -58,6 +56,13 @@ impl StateError {
             source,
         }
     }
+}
+
+/// This node's turn (see [`StateDir::lock_run`]); the lock goes with the
+/// file descriptor.
+#[derive(Debug)]
+pub struct RunLock {
+    _held: std::fs::File,
 }
 
 /// Files gpu-health writes are root's alone.
@@ -123,8 +128,10 @@ impl StateDir {
     }
 
     /// The file's bytes; `Ok(None)` when it is missing or the directory is
-    /// unusable (a run then sees empty state).
-    pub fn load_bytes(&self, file: StateFile) -> Result<Option<Vec<u8>>, StateError> {
+    /// unusable (a run then sees empty state). Typed files are read with
+    /// [`StateDir::load`]; bytes are for what has no type (a spooled record
+    /// line, a ledger that could not be read).
+    pub(crate) fn load_bytes(&self, file: StateFile) -> Result<Option<Vec<u8>>, StateError> {
         if self.dir.is_err() {
             return Ok(None);
         }
@@ -138,8 +145,10 @@ impl StateDir {
         dir.get().read(&file.name(), file.max_bytes())
     }
 
-    /// The file parsed as JSON; see [`StateDir::load_bytes`].
-    pub fn load<T: DeserializeOwned>(&self, file: StateFile) -> Result<Option<T>, StateError> {
+    /// The value of type `T` kept under `key`, parsed; see
+    /// [`StateDir::load_bytes`] for what a missing file or directory gives.
+    pub fn load<T: StateValue>(&self, key: T::Key) -> Result<Option<T>, StateError> {
+        let file = T::file(key);
         let Some(bytes) = self.load_bytes(file)? else {
             return Ok(None);
         };
@@ -151,13 +160,25 @@ impl StateDir {
             })
     }
 
-    pub fn save_bytes(&self, file: StateFile, bytes: &[u8]) -> Result<(), StateError> {
+    pub(crate) fn save_bytes(&self, file: StateFile, bytes: &[u8]) -> Result<(), StateError> {
+        if bytes.len() as u64 > file.max_bytes() {
+            return Err(StateError::Corrupt {
+                path: self.path_of(file),
+                why: format!(
+                    "{} bytes to write, more than its cap of {}",
+                    bytes.len(),
+                    file.max_bytes()
+                ),
+            });
+        }
         let dir = self.dir_of(file, true)?;
         dir.get()
             .write_atomic(&file.name(), bytes, FILE_MODE, file.durable())
     }
 
-    pub fn save<T: Serialize>(&self, file: StateFile, value: &T) -> Result<(), StateError> {
+    /// Replace the value of type `T` kept under `key` (atomically).
+    pub fn save<T: StateValue>(&self, key: T::Key, value: &T) -> Result<(), StateError> {
+        let file = T::file(key);
         let bytes = serde_json::to_vec(value).map_err(|e| StateError::Corrupt {
             path: self.path_of(file),
             why: e.to_string(),
@@ -176,33 +197,60 @@ impl StateDir {
         }
     }
 
-    /// Read, change and write `file` under the directory lock, so that
-    /// concurrent runs (eight prologs, a prolog and the health check) do
-    /// not lose each other's changes. `change` gets the current value (or
-    /// `None`, also for an unreadable file, whose error is logged) and
-    /// returns the new one (`None` removes the file) and a result.
+    /// Rename `from` to `to` (both in `state_dir` itself), replacing `to`;
+    /// a symlink is renamed, never followed.
+    pub fn rename(&self, from: StateFile, to: StateFile) -> Result<(), StateError> {
+        if from.subdir().is_some() || to.subdir().is_some() {
+            return Err(StateError::Unsafe {
+                path: self.path_of(from),
+                why: "only files of the state directory itself are renamed".into(),
+            });
+        }
+        self.usable()?.rename(&from.name(), &to.name())
+    }
+
+    /// Read, change and write the value of type `T` under `key` with the
+    /// directory's lock held, for files that several runs of a node write
+    /// outside their turn (the recent job records). `change` gets the
+    /// current value (or `None`, also for an unreadable file, whose error
+    /// is logged) and returns the new one (`None` removes the file) and a
+    /// result.
     pub fn update<T, R>(
         &self,
-        file: StateFile,
+        key: T::Key,
         change: impl FnOnce(Option<T>) -> (Option<T>, R),
     ) -> Result<R, StateError>
     where
-        T: Serialize + DeserializeOwned,
+        T: StateValue,
     {
         let root = self.usable()?;
         let _lock = root.lock()?;
-        let current = self.load(file).unwrap_or_else(|e| {
+        let current = self.load::<T>(key).unwrap_or_else(|e| {
             log::warn!("{e}; replacing it");
             None
         });
         let (next, result) = change(current);
         match next {
-            Some(v) => self.save(file, &v)?,
+            Some(v) => self.save(key, &v)?,
             None => {
-                self.remove(file)?;
+                self.remove(T::file(key))?;
             }
         }
         Ok(result)
+    }
+
+    /// Take this node's turn: the lock that makes the runs of one node
+    /// (prolog, epilog, health check, resume) decide, act and commit one
+    /// after the other. Waits at most `wait`; held until the returned
+    /// guard is dropped. `Ok(None)` when the directory is unusable: such a
+    /// run keeps no state, so it has nothing to take turns over.
+    pub fn lock_run(&self, wait: Duration) -> Result<Option<RunLock>, StateError> {
+        let Ok(root) = self.usable() else {
+            return Ok(None);
+        };
+        let file = StateFile::RunLock;
+        root.lock_file(&file.name(), FILE_MODE, wait)
+            .map(|f| Some(RunLock { _held: f }))
     }
 
     /// Spooled job records, oldest first.

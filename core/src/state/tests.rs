@@ -1,7 +1,32 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
+
 use super::*;
+
+/// The tests' stand-in for a typed file of the node (the mechanism, not
+/// the type, is under test).
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Probe(Vec<i32>);
+
+impl StateValue for Probe {
+    type Key = ();
+    fn file((): ()) -> StateFile {
+        StateFile::EccHistory
+    }
+}
+
+/// The same for a per-job file.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct PerJob(String);
+
+impl StateValue for PerJob {
+    type Key = JobId;
+    fn file(job: JobId) -> StateFile {
+        StateFile::JobStart(job)
+    }
+}
 
 fn job(n: u32) -> JobId {
     JobId::from(n)
@@ -21,13 +46,10 @@ fn state() -> (tempfile::TempDir, StateDir) {
 #[test]
 fn atomic_write_replaces_and_reads_back() {
     let (_d, s) = state();
-    s.save(StateFile::EccHistory, &vec![1, 2, 3]).unwrap();
-    s.save(StateFile::EccHistory, &vec![4]).unwrap();
-    assert_eq!(
-        s.load::<Vec<i32>>(StateFile::EccHistory).unwrap(),
-        Some(vec![4])
-    );
-    assert_eq!(s.load::<Vec<i32>>(StateFile::DrainRecord).unwrap(), None);
+    s.save((), &Probe(vec![1, 2, 3])).unwrap();
+    s.save((), &Probe(vec![4])).unwrap();
+    assert_eq!(s.load::<Probe>(()).unwrap(), Some(Probe(vec![4])));
+    assert_eq!(s.load::<PerJob>(job(1)).unwrap(), None);
     let names: Vec<_> = std::fs::read_dir(s.root())
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -40,14 +62,15 @@ fn atomic_write_replaces_and_reads_back() {
 #[test]
 fn job_files_live_in_their_subdirectory() {
     let (_d, s) = state();
-    s.save(StateFile::JobVerdict(job(7)), &"v").unwrap();
-    s.save(StateFile::JobStart(job(7)), &"s").unwrap();
+    s.save_bytes(StateFile::JobVerdict(job(7)), b"\"v\"")
+        .unwrap();
+    s.save(job(7), &PerJob("s".into())).unwrap();
     assert!(s.root().join("jobs/7.json").is_file());
     assert!(s.root().join("jobs/7.start.json").is_file());
     assert_eq!(mode(&s.root().join("jobs")), 0o700);
     assert!(s.remove(StateFile::JobStart(job(7))).unwrap());
     assert!(!s.remove(StateFile::JobStart(job(7))).unwrap());
-    assert_eq!(s.load::<String>(StateFile::JobStart(job(8))).unwrap(), None);
+    assert_eq!(s.load::<PerJob>(job(8)).unwrap(), None);
 }
 
 #[test]
@@ -61,7 +84,7 @@ fn planted_symlink_is_refused_and_replaced_not_followed() {
         s.load_bytes(StateFile::NodeSnapshot),
         Err(StateError::Unsafe { .. })
     ));
-    s.save(StateFile::NodeSnapshot, &1).unwrap();
+    s.save_bytes(StateFile::NodeSnapshot, b"1").unwrap();
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
     assert!(!std::fs::symlink_metadata(&p)
         .unwrap()
@@ -72,7 +95,7 @@ fn planted_symlink_is_refused_and_replaced_not_followed() {
 #[test]
 fn fifo_and_device_links_never_hang_or_grow() {
     let (_d, s) = state();
-    s.save(StateFile::JobVerdict(job(1)), &0).unwrap();
+    s.save_bytes(StateFile::JobVerdict(job(1)), b"0").unwrap();
     let fifo = s.path_of(StateFile::JobVerdict(job(2)));
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: a valid NUL-terminated path.
@@ -93,29 +116,35 @@ fn fifo_and_device_links_never_hang_or_grow() {
 #[test]
 fn corrupt_and_oversized_files_are_errors() {
     let (_d, s) = state();
-    let p = s.path_of(StateFile::DrainRecord);
+    let p = s.path_of(StateFile::EccHistory);
     std::fs::write(&p, "{\"trunc").unwrap();
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
     assert!(matches!(
-        s.load::<serde_json::Value>(StateFile::DrainRecord),
+        s.load::<Probe>(()),
         Err(StateError::Corrupt { .. })
     ));
     let big = StateFile::SpooledRecord {
         end_ms: 1,
         job: job(1),
     };
-    s.save_bytes(big, &vec![b' '; (2 << 20) as usize]).unwrap();
+    // Never written past its cap, never read past it.
+    assert!(matches!(
+        s.save_bytes(big, &vec![b' '; (2 << 20) as usize]),
+        Err(StateError::Corrupt { .. })
+    ));
+    s.save_bytes(big, b"{}").unwrap();
+    std::fs::write(s.path_of(big), vec![b' '; 2 << 20]).unwrap();
     assert!(matches!(s.load_bytes(big), Err(StateError::Corrupt { .. })));
 }
 
 #[test]
 fn group_writable_files_are_refused() {
     let (_d, s) = state();
-    s.save(StateFile::PendingDrain, &1).unwrap();
-    let p = s.path_of(StateFile::PendingDrain);
+    s.save_bytes(StateFile::Ledger, b"1").unwrap();
+    let p = s.path_of(StateFile::Ledger);
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
     assert!(matches!(
-        s.load_bytes(StateFile::PendingDrain),
+        s.load_bytes(StateFile::Ledger),
         Err(StateError::Unsafe { .. })
     ));
 }
@@ -125,7 +154,7 @@ fn an_unsafe_directory_is_neither_read_nor_written() {
     let d = tempfile::tempdir().unwrap();
     let root = d.path().join("state");
     std::fs::create_dir(&root).unwrap();
-    std::fs::write(root.join("pending-drain.json"), "{\"planted\":1}").unwrap();
+    std::fs::write(root.join("ledger.json"), "{\"planted\":1}").unwrap();
     std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
     let s = StateDir::open(&root);
     assert!(
@@ -133,16 +162,21 @@ fn an_unsafe_directory_is_neither_read_nor_written() {
         "{:?}",
         s.problem()
     );
-    assert_eq!(s.load_bytes(StateFile::PendingDrain).unwrap(), None);
+    assert_eq!(s.load_bytes(StateFile::Ledger).unwrap(), None);
     assert!(matches!(
-        s.save(StateFile::EccHistory, &1),
+        s.save((), &Probe(vec![1])),
         Err(StateError::Unusable { .. })
     ));
     assert!(matches!(
-        s.remove(StateFile::PendingDrain),
+        s.remove(StateFile::Ledger),
         Err(StateError::Unusable { .. })
     ));
-    assert!(root.join("pending-drain.json").exists());
+    assert!(matches!(
+        s.rename(StateFile::Ledger, StateFile::LedgerUnreadable),
+        Err(StateError::Unusable { .. })
+    ));
+    assert!(s.lock_run(Duration::ZERO).unwrap().is_none());
+    assert!(root.join("ledger.json").exists());
     assert!(!root.join("ecc-history.json").exists());
 }
 
@@ -176,7 +210,7 @@ fn symlinked_state_dir_or_subdirectory_is_refused() {
         Err(StateError::Unsafe { .. })
     ));
     assert!(s.remove(StateFile::JobStart(job(5))).is_err());
-    assert!(s.save(StateFile::JobVerdict(job(5)), &1).is_err());
+    assert!(s.save(job(5), &PerJob("x".into())).is_err());
     assert!(elsewhere.join("5.start.json").exists());
     assert!(!elsewhere.join("5.json").exists());
 }
@@ -194,19 +228,27 @@ fn missing_directory_for_readers() {
 fn update_is_a_locked_read_change_write() {
     let (_d, s) = state();
     let r = s
-        .update(StateFile::PendingDrain, |v: Option<u32>| {
-            (Some(v.unwrap_or(0) + 1), "first")
+        .update((), |v: Option<Probe>| {
+            (
+                Some(Probe(vec![v.map_or(0, |p| p.0.len() as i32) + 1])),
+                "first",
+            )
         })
         .unwrap();
     assert_eq!(r, "first");
-    s.update(StateFile::PendingDrain, |v: Option<u32>| {
-        (v.map(|n| n + 1), ())
+    s.update((), |v: Option<Probe>| {
+        (
+            v.map(|mut p| {
+                p.0.push(2);
+                p
+            }),
+            (),
+        )
     })
     .unwrap();
-    assert_eq!(s.load::<u32>(StateFile::PendingDrain).unwrap(), Some(2));
-    s.update(StateFile::PendingDrain, |_: Option<u32>| (None, ()))
-        .unwrap();
-    assert!(!s.path_of(StateFile::PendingDrain).exists());
+    assert_eq!(s.load::<Probe>(()).unwrap(), Some(Probe(vec![1, 2])));
+    s.update((), |_: Option<Probe>| (None, ())).unwrap();
+    assert!(!s.path_of(StateFile::EccHistory).exists());
 }
 
 #[test]
@@ -233,7 +275,7 @@ fn spool_listing_and_stale_starts() {
     drop(held);
     assert!(s.try_lock_spool().unwrap().is_some());
 
-    s.save(StateFile::JobStart(job(3)), &1).unwrap();
+    s.save(job(3), &PerJob("1".into())).unwrap();
     assert!(s.stale_job_starts(Duration::from_secs(3600)).is_empty());
     assert_eq!(s.stale_job_starts(Duration::ZERO), vec![job(3)]);
 }
@@ -273,4 +315,48 @@ fn records_append_whole_lines() {
     std::fs::remove_file(&file).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", &file).unwrap();
     assert!(r.append(&["x".into()]).is_err());
+}
+
+#[test]
+fn the_run_lock_makes_runs_take_turns_with_a_bounded_wait() {
+    let (_d, s) = state();
+    let held = s.lock_run(Duration::ZERO).unwrap().unwrap();
+    let t0 = Instant::now();
+    assert!(matches!(
+        s.lock_run(Duration::from_millis(100)),
+        Err(StateError::Busy { .. })
+    ));
+    let waited = t0.elapsed();
+    assert!(waited >= Duration::from_millis(100), "{waited:?}");
+    // A run holding its turn may still update a file under the
+    // directory's own lock, and keeps its turn after.
+    s.update((), |_: Option<Probe>| (Some(Probe(vec![1])), ()))
+        .unwrap();
+    assert!(s.lock_run(Duration::ZERO).is_err(), "still held");
+    drop(held);
+    assert!(s.lock_run(Duration::ZERO).unwrap().is_some());
+    // The lock file is a regular file of ours, never a planted link.
+    let lock = s.path_of(StateFile::RunLock);
+    std::fs::remove_file(&lock).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", &lock).unwrap();
+    assert!(matches!(
+        s.lock_run(Duration::ZERO),
+        Err(StateError::Unsafe { .. })
+    ));
+}
+
+#[test]
+fn a_file_is_renamed_within_the_directory_only() {
+    let (_d, s) = state();
+    s.save_bytes(StateFile::Ledger, b"{}").unwrap();
+    s.rename(StateFile::Ledger, StateFile::LedgerUnreadable)
+        .unwrap();
+    assert!(!s.path_of(StateFile::Ledger).exists());
+    assert_eq!(
+        s.load_bytes(StateFile::LedgerUnreadable).unwrap().unwrap(),
+        b"{}"
+    );
+    assert!(s
+        .rename(StateFile::JobStart(job(1)), StateFile::Ledger)
+        .is_err());
 }

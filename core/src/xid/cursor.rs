@@ -77,3 +77,10 @@ impl XidState {
         }
     }
 }
+
+impl crate::state::StateValue for XidState {
+    type Key = ();
+    fn file((): ()) -> crate::state::StateFile {
+        crate::state::StateFile::KernelLogCursor
+    }
+}

@@ -66,15 +66,12 @@ impl XidEvent {
     }
 
     /// The finding summary (and drain reason part), e.g.
-    /// `Xid 79 GPU5 0000:c1:00.0 pid=2210`.
+    /// `Xid 79 GPU5 0000:c1:00.0`: what and where. The pid and process
+    /// name are a user's, not the driver's: they go to the node's log
+    /// only (the finding's culprit), never into a reason that every user
+    /// reads with `sinfo -R`.
     pub fn summary(&self) -> String {
-        let mut s = self.place();
-        if !self.fallen_off_bus {
-            if let Some(pid) = self.pid {
-                s.push_str(&format!(" pid={pid}"));
-            }
-        }
-        s
+        self.place()
     }
 
     /// What and where, without the process: `Xid 79 GPU5 0000:c1:00.0`.

@@ -172,6 +172,7 @@ impl Group<'_> {
             summary: ev.summary(),
             message,
             culprit,
+            code: Some(ev.code),
         }
     }
 }

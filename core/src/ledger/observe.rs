@@ -1,0 +1,219 @@
+//! Folding a run's findings into the ledger: the clock kept honest, the
+//! faults that stand no more let go, each draining finding merged into
+//! its fault (gravest action sticks), escalation, and the bound.
+
+use crate::config::RecoveryConfig;
+use crate::finding::{Action, Finding};
+
+use super::{capped, Fault, FaultId, Handling, Ledger, Source, MAX_FAULTS, MAX_MESSAGE};
+use super::{MAX_RETURNS, MAX_SUMMARY, MAX_WHY};
+
+/// What the ledger needs to know about the run that folds its findings in.
+#[derive(Debug, Clone, Copy)]
+pub struct RunView {
+    /// Unix ms of the run.
+    pub now_ms: u64,
+    /// The run's configuration could be used.
+    pub config_ok: bool,
+    /// The run read the node's kernel log from its cursor (prolog,
+    /// health check): it judges again what a broken configuration judged.
+    pub scans_kernel_log: bool,
+    /// The run is a job's epilog (its findings are the job's).
+    pub at_job_end: bool,
+}
+
+/// The identity under which the mildest faults beyond [`MAX_FAULTS`] are
+/// kept together.
+fn overflow_id() -> FaultId {
+    FaultId {
+        check: "ledger".into(),
+        gpu: None,
+        code: None,
+    }
+}
+
+impl Ledger {
+    /// Fold the run's findings in (the draining ones: the ledger holds
+    /// what a run must act on). Returns whether the run found a draining
+    /// fault itself.
+    pub fn observe(&mut self, findings: &[Finding], view: &RunView, cfg: &RecoveryConfig) -> bool {
+        self.keep_clock_honest(view.now_ms);
+        if view.config_ok && view.scans_kernel_log {
+            // Read again by this run, judged by the policy the admin meant.
+            self.faults
+                .retain(|f| !(f.provisional && f.source == Source::KernelLog && !f.drained()));
+        }
+        let draining: Vec<Finding> = findings
+            .iter()
+            .filter(|f| f.action.drains())
+            .map(|f| self.escalated(f, cfg, view.now_ms))
+            .collect();
+        let fresh = !draining.is_empty();
+        if !fresh {
+            self.let_quiet_faults_go(view.now_ms, cfg.quiet_ms());
+        }
+        for f in &draining {
+            self.merge(f, view);
+        }
+        self.bound();
+        fresh
+    }
+
+    /// A clock that jumped back must not leave anything stamped in the
+    /// future: a quiet time or window would never pass. Future stamps
+    /// become now.
+    fn keep_clock_honest(&mut self, now_ms: u64) {
+        let clamp = |t: &mut u64| *t = (*t).min(now_ms);
+        for f in &mut self.faults {
+            clamp(&mut f.first_ms);
+            clamp(&mut f.last_ms);
+            match &mut f.handling {
+                Handling::Drained { at_ms } => clamp(at_ms),
+                Handling::Pending { since_ms, .. } => clamp(since_ms),
+                Handling::New => {}
+            }
+        }
+        if let Some(d) = &mut self.drain {
+            clamp(&mut d.at_ms);
+            clamp(&mut d.last_fault_ms);
+        }
+        if let Some(h) = &mut self.held {
+            clamp(&mut h.at_ms);
+        }
+        if let Some(c) = &mut self.claim_ms {
+            clamp(c);
+        }
+        for r in &mut self.returns {
+            clamp(&mut r.at_ms);
+        }
+    }
+
+    /// Pending `drain-until-clean` faults stand until the node was quiet
+    /// for `quiet_ms` after they were last found, as such a drain would;
+    /// `drain` faults and drained faults stay (the automatic return and
+    /// `gpu-health resume` end those).
+    fn let_quiet_faults_go(&mut self, now_ms: u64, quiet_ms: u64) {
+        self.faults.retain(|f| {
+            let quiet = now_ms.saturating_sub(f.last_ms) >= quiet_ms;
+            !(quiet && f.action == Action::DrainUntilClean && !f.drained())
+        });
+    }
+
+    /// A `drain-until-clean` finding of a kind the automatic return
+    /// brought the node back for too often drains for an admin.
+    fn escalated(&self, f: &Finding, cfg: &RecoveryConfig, now_ms: u64) -> Finding {
+        let mut f = f.clone();
+        if f.action != Action::DrainUntilClean || cfg.escalate_after_returns == 0 {
+            return f;
+        }
+        let kind = FaultId::of(&f).kind();
+        let returns = self.returns_for(&kind, now_ms, cfg.escalate_window_ms());
+        if returns < cfg.escalate_after_returns as usize {
+            return f;
+        }
+        let h = cfg.escalate_window_hours;
+        f.action = Action::Drain;
+        f.summary = format!("{}, back {returns}x in {h} h", f.summary);
+        f.message.push_str(&format!(
+            "; the automatic return brought this node back {returns} times within {h} h for {kind}: \
+             it stays drained until an admin runs 'gpu-health resume' (recovery.escalate_after_returns = {})",
+            cfg.escalate_after_returns
+        ));
+        f
+    }
+
+    /// One finding into its fault: the gravest action sticks with its
+    /// text (the first finding's, among equals: the one that says where
+    /// the fault was first seen, e.g. during which job); a milder one
+    /// only says the fault was seen again.
+    fn merge(&mut self, f: &Finding, view: &RunView) {
+        let id = FaultId::of(f);
+        let now = view.now_ms;
+        match self.faults.iter_mut().find(|e| e.id == id) {
+            Some(e) => {
+                if f.action > e.action {
+                    e.action = f.action;
+                    e.summary = capped(&f.summary, MAX_SUMMARY);
+                    e.message = capped(&f.message, MAX_MESSAGE);
+                }
+                if e.pci.is_none() {
+                    e.pci = f.pci.clone();
+                }
+                e.last_ms = now;
+                // Found again by a run that could judge it.
+                if view.config_ok {
+                    e.provisional = false;
+                }
+            }
+            None => self.faults.push(Fault {
+                source: Source::of(&id.check, view.at_job_end),
+                id,
+                action: f.action,
+                pci: f.pci.clone(),
+                summary: capped(&f.summary, MAX_SUMMARY),
+                message: capped(&f.message, MAX_MESSAGE),
+                first_ms: now,
+                last_ms: now,
+                handling: Handling::New,
+                provisional: !view.config_ok,
+            }),
+        }
+    }
+
+    /// At most [`MAX_FAULTS`]: the mildest and oldest beyond fold into
+    /// one entry that keeps their gravest action, so that no bound ever
+    /// drops a graver fault than it keeps.
+    fn bound(&mut self) {
+        if let Some(h) = &mut self.held {
+            h.why = capped(&h.why, MAX_WHY);
+        }
+        if self.returns.len() > MAX_RETURNS {
+            let excess = self.returns.len() - MAX_RETURNS;
+            self.returns.drain(..excess);
+        }
+        if self.faults.len() <= MAX_FAULTS {
+            return;
+        }
+        let overflow = overflow_id();
+        let mut folded: Vec<Fault> = Vec::new();
+        if let Some(i) = self.faults.iter().position(|f| f.id == overflow) {
+            folded.push(self.faults.remove(i));
+        }
+        // Gravest, then newest first; the tail folds.
+        self.faults
+            .sort_by_key(|f| (std::cmp::Reverse(f.action), std::cmp::Reverse(f.last_ms)));
+        folded.extend(self.faults.split_off(MAX_FAULTS - 1));
+        let action = folded
+            .iter()
+            .map(|f| f.action)
+            .max()
+            .unwrap_or(Action::Drain);
+        let source = folded
+            .iter()
+            .max_by_key(|f| f.action)
+            .map_or(Source::Imported, |f| f.source);
+        let first_ms = folded.iter().map(|f| f.first_ms).min().unwrap_or(0);
+        let last_ms = folded.iter().map(|f| f.last_ms).max().unwrap_or(0);
+        // Drained only when every folded fault was.
+        let handling = folded
+            .iter()
+            .map(|f| f.handling)
+            .find(|h| !matches!(h, Handling::Drained { .. }))
+            .unwrap_or(Handling::Drained { at_ms: last_ms });
+        self.faults.push(Fault {
+            id: overflow,
+            action,
+            pci: None,
+            summary: "more faults".into(),
+            message: format!(
+                "more faults than the ledger keeps one by one ({MAX_FAULTS}); the gravest of them calls for {}",
+                action.as_str()
+            ),
+            source,
+            first_ms,
+            last_ms,
+            handling,
+            provisional: false,
+        });
+    }
+}

@@ -138,6 +138,13 @@ fn sample_job(state: &StateDir, job: JobId, snapshot: &NodeSnapshot) -> Result<(
     state.save(job, &peaks).map_err(|e| e.to_string())
 }
 
+impl crate::state::StateValue for PowerPeaks {
+    type Key = JobId;
+    fn file(job: JobId) -> crate::state::StateFile {
+        crate::state::StateFile::JobPowerPeaks(job)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,12 +215,5 @@ mod tests {
             }),
             "the two GPUs at the one moment that drew most"
         );
-    }
-}
-
-impl crate::state::StateValue for PowerPeaks {
-    type Key = JobId;
-    fn file(job: JobId) -> crate::state::StateFile {
-        crate::state::StateFile::JobPowerPeaks(job)
     }
 }

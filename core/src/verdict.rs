@@ -80,12 +80,16 @@ pub fn parse_gpu_list(s: &str) -> Result<Vec<u32>, String> {
 }
 
 /// The findings a job on `job_gpus` should hear about: node-wide ones and
-/// those on its own GPUs.
+/// those on its own GPUs, without who caused them (another user's pid
+/// and program stay in the node's log).
 pub fn job_findings(findings: &[Finding], job_gpus: &[u32]) -> Vec<Finding> {
     findings
         .iter()
         .filter(|f| f.gpu.is_none_or(|g| job_gpus.contains(&g)))
-        .cloned()
+        .map(|f| Finding {
+            culprit: None,
+            ..f.clone()
+        })
         .collect()
 }
 

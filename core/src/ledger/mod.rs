@@ -277,14 +277,6 @@ impl Ledger {
         open.into_iter().map(Fault::finding).collect()
     }
 
-    /// The faults a job on `job_gpus` must not start with: node-wide ones
-    /// and those on its GPUs.
-    pub fn names_job(&self, job_gpus: &[u32]) -> bool {
-        self.faults
-            .iter()
-            .any(|f| f.id.gpu.is_none_or(|g| job_gpus.contains(&g)))
-    }
-
     /// Returns for faults of `kind` within `window_ms` before `now_ms`.
     pub fn returns_for(&self, kind: &str, now_ms: u64, window_ms: u64) -> usize {
         let from = now_ms.saturating_sub(window_ms);

@@ -96,8 +96,8 @@ pub fn run(ctx: &RunContext, job: &JobEnv) -> i32 {
 
 /// Another run of this node holds its turn past this run's budget (it is
 /// acting on what it found). This run changes no state: it judges the
-/// node read-only, and keeps the job off when a draining fault names the
-/// job's GPUs or the node, or gpu-health's drain is on record.
+/// node read-only, and keeps the job off when it or the ledger has a
+/// draining fault.
 fn without_turn(
     ctx: &RunContext,
     job: &JobEnv,
@@ -116,12 +116,10 @@ fn without_turn(
     check.findings.extend(extra);
     log_findings(&check.findings);
     let ledger = act::peek(ctx).unwrap_or_else(|| Ledger::new(ctx.node.as_str()));
-    let names_job =
-        |f: &Finding| f.action.drains() && f.gpu.is_none_or(|g| job.job_gpus.contains(&g));
+    // The run in its turn drains (or holds back) for these; this one
+    // cannot know which, so the job goes elsewhere, as when Slurm fails.
     let keep_off = ctx.config_ok()
-        && (ledger.drain.is_some()
-            || check.findings.iter().any(names_job)
-            || ledger.names_job(&job.job_gpus));
+        && (!ledger.faults.is_empty() || check.findings.iter().any(|f| f.action.drains()));
     save_job_start(ctx, job, &check);
     let mut told = check.findings.clone();
     told.extend(open_faults(&ledger, &check.findings));

@@ -46,11 +46,71 @@ fn standing(nodes: &[NodeInfo], node: &NodeName) -> Standing {
     }
 }
 
-/// What a drain needs: the brake's settings and the run's scontrol (with
+/// What a drain asks of Slurm. [`Scontrol`] runs the commands with the
+/// run's time budget; the fault ledger's model test stands in a model of
+/// slurmctld.
+pub trait SlurmCalls {
+    /// What is left of the run's time budget for Slurm.
+    fn remaining(&self) -> Duration;
+    fn drain(&self, node: &NodeName, reason: &str, clear_claim: bool) -> Result<(), SlurmError>;
+    fn claim(&self, node: &NodeName, stamp_ms: u64, reserve: Duration) -> Result<(), SlurmError>;
+    fn release_claim(&self, node: &NodeName) -> Result<(), SlurmError>;
+    fn resume(&self, node: &NodeName) -> Result<(), SlurmError>;
+    /// The node table (one node's line with `Some`), leaving `reserve` of
+    /// the budget.
+    fn show_nodes_leaving(
+        &self,
+        node: Option<&NodeName>,
+        reserve: Duration,
+    ) -> Result<Vec<NodeInfo>, SlurmError>;
+    /// The brake's wait between its claim and its look.
+    fn pause(&self, wait: Duration) {
+        std::thread::sleep(wait);
+    }
+    /// The clock the claim is stamped with.
+    fn now_ms(&self) -> u64 {
+        crate::time::unix_ms()
+    }
+
+    /// This node as Slurm sees it (`None`: Slurm does not know it).
+    fn show_node(&self, node: &NodeName) -> Result<Option<NodeInfo>, SlurmError> {
+        Ok(self
+            .show_nodes_leaving(Some(node), Duration::ZERO)?
+            .into_iter()
+            .find(|n| n.name == node.as_str()))
+    }
+}
+
+impl SlurmCalls for Scontrol<'_> {
+    fn remaining(&self) -> Duration {
+        Scontrol::remaining(self)
+    }
+    fn drain(&self, node: &NodeName, reason: &str, clear_claim: bool) -> Result<(), SlurmError> {
+        Scontrol::drain(self, node, reason, clear_claim)
+    }
+    fn claim(&self, node: &NodeName, stamp_ms: u64, reserve: Duration) -> Result<(), SlurmError> {
+        Scontrol::claim(self, node, stamp_ms, reserve)
+    }
+    fn release_claim(&self, node: &NodeName) -> Result<(), SlurmError> {
+        Scontrol::release_claim(self, node)
+    }
+    fn resume(&self, node: &NodeName) -> Result<(), SlurmError> {
+        Scontrol::resume(self, node)
+    }
+    fn show_nodes_leaving(
+        &self,
+        node: Option<&NodeName>,
+        reserve: Duration,
+    ) -> Result<Vec<NodeInfo>, SlurmError> {
+        Scontrol::show_nodes_leaving(self, node, reserve)
+    }
+}
+
+/// What a drain needs: the brake's settings and the run's Slurm (with
 /// its time budget).
 pub struct Drainer<'a> {
     pub brake: &'a BrakeConfig,
-    pub slurm: &'a Scontrol<'a>,
+    pub slurm: &'a dyn SlurmCalls,
     /// Called with the claim's stamp just before the claim is sent, so
     /// that the run's record knows of a claim a kill could leave behind;
     /// an error stops the claim (held back).
@@ -69,7 +129,7 @@ impl Drainer<'_> {
     /// How `node` stands in Slurm (one look at its line).
     pub fn look(&self, node: &NodeName) -> Result<Standing, SlurmError> {
         self.slurm
-            .show_nodes(Some(node))
+            .show_nodes_leaving(Some(node), Duration::ZERO)
             .map(|n| standing(&n, node))
     }
 
@@ -137,7 +197,7 @@ impl Drainer<'_> {
         wait: Duration,
     ) -> Result<DrainOutcome, Hold> {
         let limit = Duration::from_millis(self.brake.claim_timeout_ms);
-        let stamp = crate::time::unix_ms();
+        let stamp = self.slurm.now_ms();
         (self.before_claim)(stamp).map_err(|e| {
             Hold::Brake(format!(
                 "drain brake: cannot record the claim ({e}); not draining"
@@ -160,7 +220,7 @@ impl Drainer<'_> {
                 limit.as_millis()
             )));
         }
-        std::thread::sleep(wait.saturating_sub(started.elapsed()));
+        self.slurm.pause(wait.saturating_sub(started.elapsed()));
         let nodes = self
             .slurm
             .show_nodes_leaving(None, AFTER_LOOK_RESERVE)
@@ -280,7 +340,7 @@ fn failed(why: String) -> DrainOutcome {
 
 /// Return `node` to service. The caller has checked that the node's
 /// drain is gpu-health's.
-pub fn resume_own(slurm: &Scontrol<'_>, node: &NodeName) -> Result<(), SlurmError> {
+pub fn resume_own(slurm: &dyn SlurmCalls, node: &NodeName) -> Result<(), SlurmError> {
     slurm.resume(node)?;
     log::warn!("resumed {node}");
     Ok(())

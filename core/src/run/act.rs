@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crate::finding::{Action, Finding};
 use crate::ids::NodeName;
 use crate::ledger::{store, FaultId, Ledger, PendingCause, Plan, Recorded, RunView};
-use crate::ops::drain::{DrainOutcome, Drainer, Standing};
+use crate::ops::drain::{DrainOutcome, Drainer, SlurmCalls, Standing};
 use crate::slurm::Scontrol;
 use crate::state::{RunLock, StateError};
 
@@ -51,11 +51,14 @@ impl<'a> Turn<'a> {
         })
     }
 
-    /// The run's scontrol, its budget started at the first use (so that
-    /// the healthy path's work does not eat it) less the wait for the
-    /// turn (so that a run never holds Slurm longer than its budget in
-    /// all).
-    pub fn slurm(&self) -> &Scontrol<'a> {
+    /// The run's Slurm: scontrol with its budget started at the first use
+    /// (so that the healthy path's work does not eat it) less the wait for
+    /// the turn (so that a run never holds Slurm longer than its budget in
+    /// all); or the one the run was given.
+    pub fn slurm(&self) -> &dyn SlurmCalls {
+        if let Some(given) = &self.ctx.slurm {
+            return given.as_ref();
+        }
         self.slurm.get_or_init(|| {
             let cfg = self.ctx.config();
             let budget = Duration::from_millis(cfg.scontrol_timeout_ms);

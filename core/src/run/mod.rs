@@ -49,6 +49,10 @@ pub struct RunContext {
     pub state: StateDir,
     /// Unix ms when the run started.
     pub now_ms: u64,
+    /// Slurm as the run's acting steps reach it: `None` runs `scontrol`
+    /// (the configured program, with the run's budget); the fault
+    /// ledger's model test gives a model of slurmctld.
+    pub slurm: Option<std::sync::Arc<dyn crate::ops::drain::SlurmCalls + Send + Sync>>,
 }
 
 impl RunContext {
@@ -90,6 +94,7 @@ impl RunContext {
             loaded,
             state,
             now_ms,
+            slurm: None,
         }
     }
 

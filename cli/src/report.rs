@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use gpu_health_core::config::Config;
 use gpu_health_core::records::{self, GpuRecord, GpuSink, JobSummary, ReportFilter, SummaryGpu};
-use gpu_health_core::time::{format_utc_ms, parse_since};
+use gpu_health_core::state;
+use gpu_health_core::time::{format_utc_ms, parse_since, unix_ms};
 
 mod near_oom;
 mod power;
@@ -157,14 +158,26 @@ pub fn run(args: &[String], cfg: &Config) -> i32 {
     }
 }
 
-/// `--power`: the table to stdout, the chart to `--svg`.
+/// `--power`: the table to stdout, the chart to `--svg`. The racks are
+/// parsed here, the only place that reads `[power]`: a mistake in them is
+/// a configuration error of this command (exit 2), of no other run.
 fn power_report(dir: &Path, args: &Args, cfg: &Config) -> i32 {
+    let racks = match cfg.power.racks() {
+        Ok(racks) => racks,
+        Err(e) => {
+            eprintln!(
+                "gpu-health report: configuration error: {}",
+                Term(&e.to_string())
+            );
+            return 2;
+        }
+    };
     let read = records::read_energies(dir, &args.filter);
     for e in &read.errors {
         eprintln!("gpu-health report: {}", Term(e));
     }
     warn_malformed(read.malformed, dir, filter_narrows(&args.filter));
-    let (r, left_out) = power::report(&read, &cfg.power.racks);
+    let (r, left_out) = power::report(&read, &racks, unix_ms());
     let mut out = BufWriter::new(io::stdout().lock());
     if let Err(e) = power::write_table(&mut out, &r, left_out).and_then(|()| out.flush()) {
         if e.kind() != io::ErrorKind::BrokenPipe {
@@ -173,8 +186,10 @@ fn power_report(dir: &Path, args: &Args, cfg: &Config) -> i32 {
         }
     }
     if let Some(path) = &args.svg {
-        if let Err(e) = std::fs::write(path, power::svg(&r)) {
-            eprintln!("gpu-health report: {}: {e}", path.display());
+        // Run as root into a directory of the admin's choosing: never
+        // through a symlink at the path, and never half written.
+        if let Err(e) = state::write_user_file(path, power::svg(&r).as_bytes(), 0o644) {
+            eprintln!("gpu-health report: {}", Term(&e.to_string()));
             return 1;
         }
     }
@@ -453,7 +468,8 @@ fn write_table(out: &mut dyn Write, jobs: &[JobSummary<TableGpus>]) -> io::Resul
             Fixed(j.peak_power_w, 1),
             Gib(j.peak_memory_bytes, j.peak_memory_pct),
             format!("{}/{}", j.ecc_corrected_delta, j.ecc_uncorrected_delta),
-            j.remapped_correctable_delta + j.remapped_uncorrectable_delta,
+            j.remapped_correctable_delta
+                .saturating_add(j.remapped_uncorrectable_delta),
             j.nvlink_errors_delta,
             j.pcie_replay_delta,
             j.xid_events
@@ -527,5 +543,7 @@ fn write_csv(out: &mut dyn Write, jobs: &[JobSummary<GpuCount>]) -> io::Result<(
     Ok(())
 }
 
+#[cfg(test)]
+mod power_tests;
 #[cfg(test)]
 mod tests;

@@ -305,8 +305,32 @@ fn the_example_configuration_matches_the_code() {
         })
         .map(|l| format!("{l}\n"))
         .collect();
-    config::parse(std::path::Path::new("example"), &uncommented, None)
+    let example = config::parse(std::path::Path::new("example"), &uncommented, None)
         .unwrap_or_else(|e| panic!("the example, uncommented: {e}\n{uncommented}"));
+    // Its racks too, which only `gpu-health report --power` parses.
+    let racks = example
+        .power
+        .racks()
+        .unwrap_or_else(|e| panic!("the example's racks, uncommented: {e}"));
+    assert_eq!(racks.len(), 1);
+}
+
+/// The rack example of docs/configuration.md is a valid rack.
+#[test]
+fn the_documented_rack_example_parses() {
+    let text = doc("docs/configuration.md");
+    let section = &text[text
+        .find("### `[[power.racks]]`")
+        .expect("the racks section")..];
+    let start = section.find("```toml\n").expect("a toml example") + "```toml\n".len();
+    let block = &section[start..start + section[start..].find("```").unwrap()];
+    let c = config::parse(std::path::Path::new("docs"), block, None)
+        .unwrap_or_else(|e| panic!("{e}\n{block}"));
+    let racks = c.power.racks().unwrap_or_else(|e| panic!("{e}\n{block}"));
+    assert_eq!(
+        racks[0].nodes,
+        ["gpu001", "gpu002", "gpu003", "gpu004", "gpu017"]
+    );
 }
 
 #[test]

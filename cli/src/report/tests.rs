@@ -216,6 +216,21 @@ fn decimals_are_those_of_the_formatter() {
     );
 }
 
+/// Counters at their ceiling (a record's deltas saturate there): the
+/// table's REMAP column adds two of them without overflowing.
+#[test]
+fn remapped_rows_at_the_ceiling_add_up_without_overflow() {
+    let mut r = record("7", "n1");
+    r.gpus = vec![GpuRecord {
+        remapped_correctable_delta: Some(u64::MAX),
+        remapped_uncorrectable_delta: Some(u64::MAX),
+        ..GpuRecord::default()
+    }];
+    let text = table(&[r]);
+    let row = text.lines().nth(1).unwrap();
+    assert!(row.contains(&u64::MAX.to_string()), "{text}");
+}
+
 #[test]
 fn csv_quotes_what_needs_it() {
     assert_eq!(csv_field("a,b"), "\"a,b\"");
@@ -259,14 +274,15 @@ fn power_per_node_and_rack_with_the_hours_over_budget_and_a_chart() {
     std::fs::write(records_dir.path().join("jobs.jsonl"), lines).unwrap();
     let read = records::read_energies(records_dir.path(), &ReportFilter::default());
     assert_eq!((read.energies.len(), read.malformed), (3, 0));
-    let rack = gpu_health_core::config::RackConfig {
+    let racks = gpu_health_core::config::check_racks(&[gpu_health_core::config::RackConfig {
         name: "r01".into(),
         nodes: vec!["gpu[001-002]".into()],
         supply_kw: 8.0,
         cooling_kw: 12.0,
         node_overhead_w: 1500.0,
-    };
-    let (r, left_out) = power::report(&read, &[rack]);
+    }])
+    .unwrap();
+    let (r, left_out) = power::report(&read, &racks, day + 24 * H);
     assert_eq!(left_out, 0);
     let mut out = Vec::new();
     power::write_table(&mut out, &r, left_out).unwrap();

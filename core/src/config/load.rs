@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{Config, ConfigError, DEFAULT_CONFIG_PATH};
+use super::{Config, ConfigError, PowerSection, DEFAULT_CONFIG_PATH};
 use crate::ids::NodeName;
 
 /// A configuration file is a few KiB; a larger one is a mistake (or not a
@@ -51,26 +51,40 @@ pub fn parse(
     text: &str,
     dropin: Option<(&Path, &str)>,
 ) -> Result<Config, ConfigError> {
-    // Each file alone first: toml then reports line, column and key.
-    let check = |p: &Path, t: &str| -> Result<toml::Table, ConfigError> {
-        let err = |e: toml::de::Error| ConfigError::Parse {
-            path: p.to_path_buf(),
+    let err = |p: &Path| {
+        let p = p.to_path_buf();
+        move |e: toml::de::Error| ConfigError::Parse {
+            path: p,
             message: one_line(&e.to_string()),
-        };
-        toml::from_str::<Config>(t).map_err(err)?;
-        t.parse::<toml::Table>().map_err(err)
+        }
     };
-    let mut table = check(path, text)?;
-    let mut shown = path.to_path_buf();
-    if let Some((dpath, dtext)) = dropin {
-        merge(&mut table, check(dpath, dtext)?);
-        shown = dpath.to_path_buf();
-    }
-    let config: Config = Config::deserialize(table).map_err(|e| ConfigError::Parse {
-        path: shown.clone(),
-        message: one_line(&e.to_string()),
-    })?;
-    config.validate(&shown)?;
+    // Each file alone first: toml then reports line, column and key.
+    let main: Config = toml::from_str(text).map_err(err(path))?;
+    // `[power]` stays unparsed (report-only); its errors name the file
+    // that gave it.
+    let (mut config, shown, power_source) = match dropin {
+        // One file: what it parsed to is the configuration (a file with a
+        // long rack list is parsed once).
+        None => {
+            let source = (main.power != PowerSection::default()).then(|| path.to_path_buf());
+            (main, path, source)
+        }
+        Some((dpath, dtext)) => {
+            toml::from_str::<Config>(dtext).map_err(err(dpath))?;
+            let mut table = text.parse::<toml::Table>().map_err(err(path))?;
+            let over = dtext.parse::<toml::Table>().map_err(err(dpath))?;
+            let source = if over.contains_key("power") {
+                Some(dpath.to_path_buf())
+            } else {
+                table.contains_key("power").then(|| path.to_path_buf())
+            };
+            merge(&mut table, over);
+            let config = Config::deserialize(table).map_err(err(dpath))?;
+            (config, dpath, source)
+        }
+    };
+    config.validate(shown)?;
+    config.power.set_source(power_source);
     Ok(config)
 }
 

@@ -21,10 +21,12 @@ pub use keys::{check as check_range, range_of, KeyRange, NVML_DEADLINE_FLOOR_MS,
 pub use load::{
     config_path, load, load_for_node, node_dropin_path, parse, Loaded, MAX_CONFIG_BYTES,
 };
-pub use power::{expand as expand_node_range, PowerConfig, RackConfig};
+pub use power::{
+    check_racks, expand as expand_node_range, PowerSection, Rack, RackConfig, MAX_POWER_NODES,
+};
 pub use sections::{
     parse_port_name, BrakeConfig, BrakeScope, DcgmConfig, PortAction, RdmaConfig, RecoveryConfig,
-    StepEndConfig,
+    StepEndConfig, BRAKE_DECIDE_RESERVE_MS,
 };
 pub use xid::{CodeKey, PolicyAction, XidConfig, XidRule};
 
@@ -80,8 +82,10 @@ pub struct Config {
     pub dcgm: DcgmConfig,
     /// RDMA ports the node must have up.
     pub rdma: RdmaConfig,
-    /// Racks for `gpu-health report --power`.
-    pub power: PowerConfig,
+    /// Racks for `gpu-health report --power`: kept as written and parsed
+    /// by the report alone ([`PowerSection::racks`]), so that no run that
+    /// can drain a node reads it.
+    pub power: PowerSection,
     /// The SPANK plugin's work at the end of a step.
     pub step_end: StepEndConfig,
 }
@@ -141,7 +145,7 @@ impl Default for Config {
             recovery: RecoveryConfig::default(),
             dcgm: DcgmConfig::default(),
             rdma: RdmaConfig::default(),
-            power: PowerConfig::default(),
+            power: PowerSection::default(),
             step_end: StepEndConfig::default(),
         }
     }
@@ -196,7 +200,29 @@ impl Config {
         self.dcgm.validate()?;
         self.rdma.validate()?;
         self.step_end.validate()?;
-        self.power.validate()
+        self.brake_fits_the_slurm_budget()
+    }
+
+    /// With the brake on, a drain needs `claim_timeout_ms + settle_ms`
+    /// of waiting plus [`BRAKE_DECIDE_RESERVE_MS`] to decide, all within
+    /// the run's Slurm budget (`ops::drain`); a budget smaller than that
+    /// would hold back every drain, so it is a configuration error.
+    fn brake_fits_the_slurm_budget(&self) -> Result<(), String> {
+        let b = &self.brake;
+        let needed = b
+            .claim_timeout_ms
+            .saturating_add(b.settle_ms)
+            .saturating_add(BRAKE_DECIDE_RESERVE_MS);
+        if !b.enabled || needed <= self.scontrol_timeout_ms {
+            return Ok(());
+        }
+        Err(format!(
+            "brake.claim_timeout_ms = {} + brake.settle_ms = {} + {BRAKE_DECIDE_RESERVE_MS} ms \
+             to decide = {needed} ms does not fit in scontrol_timeout_ms = {}: the brake \
+             could never drain a node; raise scontrol_timeout_ms to at least {needed} or lower \
+             brake.settle_ms or brake.claim_timeout_ms",
+            b.claim_timeout_ms, b.settle_ms, self.scontrol_timeout_ms
+        ))
     }
 }
 
@@ -359,5 +385,122 @@ mod tests {
             .contains("not a regular file"));
         assert!(t0.elapsed() < std::time::Duration::from_secs(1));
         assert!(load(d.path(), None).is_err());
+    }
+
+    /// `[power]` sections with a mistake, and what the report's error says.
+    fn power_mistakes() -> Vec<(String, &'static str)> {
+        let rack = "[[power.racks]]\nname = \"r01\"\nsupply_kw = 8.0\ncooling_kw = 10.0\n";
+        vec![
+            (
+                format!("{rack}nodes = [\"gpu1\", \"gpu1\"]\n"),
+                "listed twice",
+            ),
+            (
+                format!("{rack}nodes = [\"gpu[1-999999999]\"]\n"),
+                "more than 100000",
+            ),
+            (
+                format!("{rack}nodes = [\"gpu[1-3\"]\n"),
+                "unbalanced brackets",
+            ),
+            (format!("{rack}nodes = [\"a\"]\nbogus = 1\n"), "bogus"),
+            (format!("{rack}nodes = \"a\"\n"), "nodes"),
+            ("[power]\nracks = 5\n".to_string(), "[power]"),
+            ("power = 5\n".to_string(), "[power]"),
+        ]
+    }
+
+    /// `[power]` is report-only: whatever is wrong in it, the Prolog,
+    /// Epilog, health check and plugin load the file without an error
+    /// (and so may drain); the report's parse names the file and rack.
+    #[test]
+    fn a_mistake_in_power_never_makes_the_configuration_invalid() {
+        let n1 = NodeName::parse("n1").unwrap();
+        for (power, _) in power_mistakes() {
+            let d = tempfile::tempdir().unwrap();
+            let main = d.path().join("gpu-health.toml");
+            std::fs::write(&main, format!("state_dir = \"/x/%n\"\n{power}")).unwrap();
+            let loaded = load_for_node(Some(&main), &n1);
+            assert!(loaded.ok(), "{power}: {:?}", loaded.error_line());
+            assert_eq!(loaded.config.state_dir, PathBuf::from("/x/n1"));
+        }
+    }
+
+    #[test]
+    fn the_report_names_the_file_and_rack_of_a_power_mistake() {
+        let d = tempfile::tempdir().unwrap();
+        let main = d.path().join("gpu-health.toml");
+        for (power, why) in power_mistakes() {
+            std::fs::write(&main, &power).unwrap();
+            let config = load(&main, None).unwrap();
+            let e = config.power.racks().unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("{}: ", main.display())) && e.contains(why),
+                "{power}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn power_errors_name_the_drop_in_that_set_the_section() {
+        let d = PathBuf::from("/etc/slurm/gpu-health.d/n1.toml");
+        let c = parse(
+            &p(),
+            "state_dir = \"/a\"\n",
+            Some((&d, "[[power.racks]]\nname = \"r\"\n")),
+        )
+        .unwrap();
+        assert_eq!(c.power.source(), Some(d.as_path()));
+        let e = c.power.racks().unwrap_err().to_string();
+        assert!(
+            e.starts_with("/etc/slurm/gpu-health.d/n1.toml: [[power.racks]] #1 (\"r\"): "),
+            "{e}"
+        );
+        let c = parse(&p(), "[[power.racks]]\nname = \"r\"\n", None).unwrap();
+        assert_eq!(c.power.source(), Some(p().as_path()));
+    }
+
+    /// A braked drain waits `claim_timeout_ms + settle_ms` and keeps
+    /// `BRAKE_DECIDE_RESERVE_MS` to decide, all within
+    /// `scontrol_timeout_ms`; a budget without room for that would never
+    /// drain, so it is refused at load.
+    #[test]
+    fn the_brakes_wait_must_fit_the_slurm_budget() {
+        let s = parse(&p(), "[brake]\nsettle_ms = 10000\n", None)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            s,
+            "/etc/slurm/gpu-health.toml: brake.claim_timeout_ms = 1000 + brake.settle_ms = 10000 \
+             + 400 ms to decide = 11400 ms does not fit in scontrol_timeout_ms = 2500: the brake \
+             could never drain a node; raise scontrol_timeout_ms to at least 11400 or lower \
+             brake.settle_ms or brake.claim_timeout_ms"
+        );
+        // The defaults fit: 1000 + 500 + 400 <= 2500.
+        assert!(parse(&p(), "", None).is_ok());
+        // Exactly filling the budget is fine; a millisecond more is not.
+        assert!(parse(&p(), "[brake]\nsettle_ms = 1100\n", None).is_ok());
+        assert!(parse(&p(), "[brake]\nsettle_ms = 1101\n", None).is_err());
+        // A drop-in lowering the budget under the main file's brake.
+        let d = PathBuf::from("/etc/slurm/gpu-health.d/n1.toml");
+        let e = parse(
+            &p(),
+            "[brake]\nclaim_timeout_ms = 5000\n",
+            Some((&d, "scontrol_timeout_ms = 5000\n")),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("/etc/slurm/gpu-health.d/n1.toml: ") && e.contains("= 5900 ms"),
+            "{e}"
+        );
+        // Room made either way, or no brake: accepted.
+        assert!(parse(
+            &p(),
+            "scontrol_timeout_ms = 11400\n[brake]\nsettle_ms = 10000\n",
+            None
+        )
+        .is_ok());
+        assert!(parse(&p(), "[brake]\nenabled = false\nsettle_ms = 10000\n", None).is_ok());
     }
 }

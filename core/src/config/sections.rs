@@ -18,6 +18,13 @@ pub enum BrakeScope {
     Cluster,
 }
 
+/// What a braked drain keeps of the Slurm budget (`scontrol_timeout_ms`)
+/// after its wait (`claim_timeout_ms + settle_ms`), for the look at the
+/// node table and the drain itself. The load refuses a budget without
+/// room for all three (`Config` validation); `ops::drain` holds the
+/// same reserve back.
+pub const BRAKE_DECIDE_RESERVE_MS: u64 = 400;
+
 /// `[brake]`: never drain more than a share of the nodes at once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

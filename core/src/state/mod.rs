@@ -21,6 +21,7 @@
 mod dir;
 mod files;
 mod records;
+mod user_file;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -29,6 +30,7 @@ pub use dir::{DirLock, PrivateDir};
 pub use files::StateValue;
 pub use files::{StateFile, RECORDS_DIR, RECORDS_FILE};
 pub use records::RecordsDir;
+pub use user_file::write_user_file;
 
 use crate::ids::JobId;
 

@@ -12,7 +12,8 @@
 //! - [`records`], [`ops`]
 //! - [`checks`], [`xid`], [`probe`], [`fabric`], [`topology`]
 //! - [`slurm`], [`state`], [`config`], [`logging`]
-//! - [`snapshot`], [`finding`], [`verdict`], [`ids`], [`process`], [`time`], [`text`]
+//! - [`snapshot`], [`finding`], [`verdict`], [`ids`], [`process`], [`time`], [`text`],
+//!   [`sysfs_read`]
 
 pub mod checks;
 pub mod config;
@@ -29,6 +30,7 @@ pub mod run;
 pub mod slurm;
 pub mod snapshot;
 pub mod state;
+pub mod sysfs_read;
 pub mod text;
 pub mod time;
 pub mod topology;

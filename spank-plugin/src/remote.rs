@@ -13,14 +13,13 @@ use std::os::raw::c_int;
 use std::path::{Path, PathBuf};
 
 use gpu_health_core::config::{self, Config, StepEndConfig};
-use gpu_health_core::fabric::nccl::derive_nccl_env;
-use gpu_health_core::fabric::read_fabric;
 use gpu_health_core::ids::{self, JobId, NodeName};
 use gpu_health_core::state::StateDir;
 use gpu_health_core::topology::check_node_groups;
 use gpu_health_core::verdict::Mode;
 
 use crate::env_marker::{should_write, SetByPlugin, MARKER};
+use crate::nccl_setup::nccl_for_step;
 use crate::options::{nccl_debug_file, read_lenient, JobOptions, OptionValues};
 use crate::spank::{self, SetEnv, Spank};
 use crate::step_checks::{health_report, job_gpus, read_topology, read_verdict, tp_report};
@@ -107,21 +106,20 @@ fn load_config(args: &PluginArgs, node: &NodeName) -> Config {
 }
 
 fn set_nccl_env(env: &mut EnvWriter, sysfs_root: &Path, args: &PluginArgs) {
-    let fabric = match read_fabric(sysfs_root) {
-        Ok(f) => f,
-        Err(e) => {
-            spank::error(&format!(
-                "gpu-health: RDMA fabric unreadable, no NCCL_IB_* set: {e}"
-            ));
-            return;
-        }
-    };
-    let derived = derive_nccl_env(&fabric, &args.nccl);
-    for note in &derived.notes {
+    let step = nccl_for_step(sysfs_root, &args.nccl);
+    if let Some(why) = &step.unreadable {
+        spank::error(&format!("gpu-health: {why}"));
+    }
+    // Ports left out for what sysfs held: the admin's to fix, not the
+    // job's, so slurmd's log only.
+    for p in &step.problems {
+        spank::info(&format!("gpu-health: {p}"));
+    }
+    for note in &step.notes {
         spank::verbose(&format!("gpu-health: {note}"));
     }
-    for var in &derived.vars {
-        env.set(&var.name, &var.value);
+    for (name, value) in &step.vars {
+        env.set(name, value);
     }
 }
 

@@ -117,7 +117,9 @@ pub fn read_attr(path: &Path) -> Result<String, SysfsError> {
         .map_err(|e| SysfsError::io(path, e))?;
     let opened = file.metadata().map_err(|e| SysfsError::io(path, e))?;
     regular(path, opened.file_type())?;
-    let mut buf = Vec::new();
+    // One page up front: a sysfs attribute then takes one read and the
+    // read that finds its end.
+    let mut buf = Vec::with_capacity(4096);
     file.take(MAX_ATTR_BYTES + 1)
         .read_to_end(&mut buf)
         .map_err(|e| SysfsError::io(path, e))?;

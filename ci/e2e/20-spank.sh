@@ -271,3 +271,57 @@ json.dump(s, open(sys.argv[2], "w"))' "$GH_SCENARIO_DIR/h100x8-near-oom.json" "$
     gh_sbatch_wait 60 -w n1 --gres=gpu:8 --wrap 'sleep 3'
     assert_contains "$(gh_cat "$(gh_job_out "$GH_JOB")")" "gpu-health: step $GH_JOB.batch $notice on n1" "a batch step's notice is in the job's output file"
 }
+
+# 12. A node whose sysfs holds what the kernel never writes there (a FIFO,
+#     a 2 GB file, device names with a comma and an escape sequence): the
+#     step starts at once, NCCL_IB_HCA lists only the usable ports, slurmd's
+#     log says why, and none of it reaches the job's output.
+test_hostile_sysfs_never_stalls_a_step() {
+    GH_FOCUS="n1"
+    local tree=$GH_DIR/sysfs-hostile ib log
+    rm -rf "$tree"
+    cp -r "$SPANK_FIXTURES/ib-ndr8-one-down" "$tree"
+    ib=$tree/class/infiniband
+    rm -f "$ib/mlx5_1/ports/1/state"
+    mkfifo "$ib/mlx5_1/ports/1/state"
+    truncate -s 2G "$ib/mlx5_2/ports/1/rate"
+    cp -r "$ib/mlx5_0" "$ib/mlx5_0,mlx5_9"
+    cp -r "$ib/mlx5_0" "$ib/"$'\e[2J'
+    spank_save_config
+    spank_plugin_args
+    printf 'sysfs_root = "%s"\n' "$tree" >>"$(gh_dropin n1)"
+    run_capture srun -w n1 bash -c 'echo "HCA=$NCCL_IB_HCA"'
+    assert_eq "$RC" 0 "the step runs (no hang on the FIFO or the 2 GB file)"
+    assert_contains "$OUT" "HCA==mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_6:1,mlx5_7:1" "NCCL_IB_HCA lists only the usable ports"
+    assert_not_contains "$OUT" $'\e' "no escape sequence reaches the job's output"
+    assert_not_contains "$OUT" "left out" "the notes are the admin's, not the job's"
+    log=$(gh_cat "$(gh_slurmd_log n1)")
+    assert_contains "$log" "RDMA port mlx5_1:1 left out" "slurmd's log names the port with the FIFO"
+    assert_contains "$log" "a FIFO, not a regular file" "and why"
+    assert_contains "$log" "larger than 65536 bytes" "the 2 GB file too"
+    assert_contains "$log" 'RDMA device "mlx5_0,mlx5_9" left out' "the device whose name has a comma"
+    assert_contains "$log" 'RDMA device "\u{1b}[2J" left out' "the device named with an escape, escaped"
+    rm -rf "$tree"
+}
+
+# 13. The near-OOM figures at step end are the job's own: a batch job on one
+#     GPU of the near-OOM n1 whose user set SLURM_STEP_GPUS=0-7 hears
+#     nothing about GPU1 and GPU6 (another job's GPUs on a shared node);
+#     slurmd's log names what was left out.
+test_near_oom_only_for_the_jobs_own_gpus() {
+    GH_FOCUS="n1"
+    local sc=$GH_DIR/near-oom-2s.json notice='came near out of GPU memory' out
+    python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+for g in s["gpus"]:
+    for p in g.get("accounting", {}).get("processes", []):
+        p["started_ms_ago"] = 2000
+json.dump(s, open(sys.argv[2], "w"))' "$GH_SCENARIO_DIR/h100x8-near-oom.json" "$sc"
+    gh_set_scenario n1 "$sc"
+    gh_sbatch_wait 60 -w n1 --gres=gpu:1 --export=ALL,SLURM_STEP_GPUS=0-7 --wrap 'echo "claimed=$SLURM_STEP_GPUS jobs=$SLURM_JOB_GPUS"; sleep 3'
+    out=$(gh_cat "$(gh_job_out "$GH_JOB")")
+    assert_contains "$out" "claimed=0-7 jobs=0" "the batch step's environment claims all eight GPUs of a one-GPU job"
+    assert_not_contains "$out" "$notice" "no figures of GPUs the job does not own"
+    assert_contains "$(gh_cat "$(gh_slurmd_log n1)")" "SLURM_STEP_GPUS names GPU(s) 1,2,3,4,5,6,7 the job does not own" "slurmd's log says what was left out"
+}

@@ -10,6 +10,7 @@ use gpu_health_core::fabric::explain::{explain, Explanation};
 use gpu_health_core::fabric::nccl::{derive_nccl_env, FabricKind};
 use gpu_health_core::fabric::read_fabric;
 use gpu_health_core::plugstack::{self, PluginArgs};
+use gpu_health_core::text::printable;
 
 const USAGE: &str = "usage: gpu-health nccl-env [--sysfs-root DIR] [--plugstack FILE] [--json]";
 
@@ -37,7 +38,7 @@ pub fn run(args: &[String], config: &Config) -> i32 {
     };
     let (args, notes) = plugin_args(&opts.plugstack);
     for n in &notes {
-        eprintln!("gpu-health nccl-env: {n}");
+        eprintln!("gpu-health nccl-env: {}", printable(n));
     }
     let root = opts
         .sysfs_root
@@ -56,7 +57,7 @@ pub fn run(args: &[String], config: &Config) -> i32 {
         Err(e) => {
             eprintln!(
                 "gpu-health nccl-env: RDMA fabric unreadable under {}: {e}",
-                root.display()
+                printable(&root.display().to_string())
             );
             1
         }
@@ -93,6 +94,10 @@ pub fn explanation(root: &Path, args: &PluginArgs) -> Result<Explanation, String
     Ok(explain(&fabric, &args.nccl, &env))
 }
 
+/// The table for a terminal. Every text comes from sysfs, plugstack.conf
+/// or the command line: each is shown with its control characters
+/// replaced (explain() keeps them printable already; this holds whoever
+/// built the explanation).
 fn render(e: &Explanation, root: &Path) -> String {
     let mut out = String::new();
     let kind = match e.fabric {
@@ -103,19 +108,19 @@ fn render(e: &Explanation, root: &Path) -> String {
     };
     out.push_str(&format!(
         "fabric: {kind} (sysfs under {})\n",
-        root.display()
+        printable(&root.display().to_string())
     ));
     if !e.ports.is_empty() {
         out.push_str("ports:\n");
         for p in &e.ports {
             out.push_str(&format!(
                 "  {:<10} {:<16} {:<10} {:<12} {:<14} {}\n",
-                p.port,
-                p.link_layer,
-                p.state,
-                p.phys_state,
-                p.rate.as_deref().unwrap_or("-"),
-                p.why
+                printable(&p.port),
+                printable(&p.link_layer),
+                printable(&p.state),
+                printable(&p.phys_state),
+                printable(p.rate.as_deref().unwrap_or("-")),
+                printable(&p.why)
             ));
         }
     }
@@ -124,11 +129,16 @@ fn render(e: &Explanation, root: &Path) -> String {
     } else {
         out.push_str("the plugin sets (never over a value the job's user set):\n");
         for v in &e.vars {
-            out.push_str(&format!("  {}={}\n      {}\n", v.name, v.value, v.why));
+            out.push_str(&format!(
+                "  {}={}\n      {}\n",
+                printable(&v.name),
+                printable(&v.value),
+                printable(&v.why)
+            ));
         }
     }
     for n in &e.notes {
-        out.push_str(&format!("note: {n}\n"));
+        out.push_str(&format!("note: {}\n", printable(n)));
     }
     out
 }
@@ -215,6 +225,84 @@ mod tests {
             .find(|v| v.name == "NCCL_IB_QPS_PER_CONNECTION")
             .unwrap();
         assert!(qps.why.contains("nccl_set"));
+    }
+
+    /// A node whose sysfs holds what the kernel never writes there: a FIFO
+    /// and a 2 GB file at attribute paths, device names with a comma, an
+    /// escape sequence and a newline, an escape in an attribute.
+    fn hostile_tree() -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        let port = |dev: &str| {
+            let d = t.path().join("class/infiniband").join(dev).join("ports/1");
+            std::fs::create_dir_all(&d).unwrap();
+            for (f, v) in [
+                ("link_layer", "InfiniBand"),
+                ("state", "4: ACTIVE"),
+                ("phys_state", "5: LinkUp"),
+                ("rate", "400 Gb/sec (4X NDR)"),
+            ] {
+                std::fs::write(d.join(f), format!("{v}\n")).unwrap();
+            }
+            d
+        };
+        port("mlx5_0");
+        let fifo = port("mlx5_1").join("state");
+        std::fs::remove_file(&fifo).unwrap();
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        std::fs::File::create(port("mlx5_2").join("rate"))
+            .unwrap()
+            .set_len(2 << 30)
+            .unwrap();
+        for bad in ["mlx5_3,mlx5_4", "\x1b[2J", "mlx5_\n5"] {
+            port(bad);
+        }
+        std::fs::write(
+            port("mlx5_6").join("phys_state"),
+            "5: LinkUp\x1b]0;owned\x07\n",
+        )
+        .unwrap();
+        t
+    }
+
+    #[test]
+    fn fifo_huge_file_and_hostile_names_end_quickly_and_say_why() {
+        let t = hostile_tree();
+        let root = t.path().to_path_buf();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let e = explanation(&root, &PluginArgs::default());
+            let _ = tx.send(e.map(|e| (render(&e, &root), e)));
+        });
+        let (table, e) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("nccl-env still running after 10 s: a sysfs read hangs")
+            .unwrap();
+        assert_eq!(
+            e.vars
+                .iter()
+                .find(|v| v.name == "NCCL_IB_HCA")
+                .map(|v| v.value.as_str()),
+            Some("=mlx5_0:1,mlx5_6:1"),
+            "{table}"
+        );
+        for why in [
+            "mlx5_1:1 left out",
+            "state: a FIFO, not a regular file",
+            "mlx5_2:1 left out",
+            "rate: larger than 65536 bytes",
+            r#"RDMA device "mlx5_3,mlx5_4" left out"#,
+            r#"RDMA device "\u{1b}[2J" left out"#,
+            r#"RDMA device "mlx5_\n5" left out"#,
+        ] {
+            assert!(table.contains(why), "{why}\n{table}");
+        }
+        assert!(table.contains("5: LinkUp?]0;owned?"), "{table}");
+        assert!(
+            !table.chars().any(|c| c.is_control() && c != '\n'),
+            "{table:?}"
+        );
     }
 
     #[test]

@@ -3,6 +3,10 @@
 //! a node has ended. Prints the notice for the job's user (the step's
 //! GPUs that came near out of memory) on one line, or nothing; the plugin
 //! passes it on to the step's output. Read only.
+//!
+//! `--gpus` is what the step claims (from the job's environment, which its
+//! user controls): only the GPUs the job owns by the Prolog's record of
+//! job ID are reported, and nothing without that record.
 
 use std::path::PathBuf;
 
@@ -23,7 +27,9 @@ pub fn run(args: &[String]) -> i32 {
                 "{USAGE}\n\nRun by the SPANK plugin when a step's last task on this node has ended:\n\
                  prints one line for the job's user when one of the step's GPUs (node indices,\n\
                  e.g. 0,2-3) came near out of memory since MS (Unix ms), nothing otherwise.\n\
-                 Drains nothing and stores nothing."
+                 Only GPUs that job ID owns by the Prolog's record (its verdict in state_dir)\n\
+                 are reported; without --job or that record, none. Drains nothing and stores\n\
+                 nothing."
             );
             return 0;
         }

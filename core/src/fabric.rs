@@ -6,26 +6,56 @@
 //! state, physical state, rate and GID table. The SPANK plugin derives
 //! `NCCL_IB_*` from it ([`nccl`]); the node checks reuse the port list to
 //! verify that the expected ports are ACTIVE / LinkUp at their rate.
+//!
+//! sysfs is read through [`crate::sysfs_read`] (regular files only, size
+//! cap, never blocking, bounded listings): a FIFO or a huge file where an
+//! attribute belongs leaves that port out with a note, never a hang of the
+//! step launch. Device and interface names are used only when they pass
+//! [`is_safe_name`]; every text read is kept printable.
 
 pub mod explain;
 pub mod nccl;
-
-use std::path::{Path, PathBuf};
+mod read;
 
 use serde::{Deserialize, Serialize};
+
+pub use read::read_fabric;
 
 /// `ports/<p>/state` value of a usable port (`4: ACTIVE`).
 pub const STATE_ACTIVE: u32 = 4;
 /// `ports/<p>/phys_state` value of a port with link (`5: LinkUp`).
 pub const PHYS_STATE_LINK_UP: u32 = 5;
 
+/// Longest device name used (the kernel's IB_DEVICE_NAME_MAX is 64,
+/// IFNAMSIZ 16).
+pub const MAX_NAME_LEN: usize = 64;
+
+/// What a device name may hold to be used, for the notes.
+pub const NAME_RULE: &str = "a device name is used only when it is 1 to 64 of A-Z a-z 0-9 _ . -";
+
 #[derive(Debug, thiserror::Error)]
 pub enum FabricError {
-    #[error("cannot list {path}: {source}")]
-    List {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    /// `class/infiniband` exists but cannot be listed (not a directory,
+    /// unreadable, absurdly large).
+    #[error("cannot list the RDMA devices: {0}")]
+    List(#[source] crate::sysfs_read::SysfsError),
+}
+
+/// Whether a device or network interface name from sysfs may become part
+/// of a variable or a message: HCA names end up in `NCCL_IB_HCA`
+/// (`=dev:port,dev:port`), where a comma, a colon, `^` or `=` would change
+/// what NCCL selects, and a control character would reach a terminal.
+pub fn is_safe_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// A name from sysfs for a note: quoted, control characters escaped.
+pub fn quoted(name: &str) -> String {
+    crate::text::printable(&format!("{name:?}")).into_owned()
 }
 
 /// What travels over a port.
@@ -135,6 +165,11 @@ impl RdmaPort {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Fabric {
     pub ports: Vec<RdmaPort>,
+    /// Devices and ports left out while reading, and why (a FIFO or a
+    /// huge file where an attribute belongs, a name that cannot be used);
+    /// printable text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl Fabric {
@@ -147,113 +182,6 @@ impl Fabric {
             .iter()
             .find(|p| p.device == device && p.port == port)
     }
-}
-
-/// Read every RDMA port under `<sysfs_root>/class/infiniband`.
-///
-/// No such directory means no RDMA hardware (an empty fabric). Single
-/// unreadable attributes become `None`; only an unlistable device
-/// directory is an error.
-pub fn read_fabric(sysfs_root: &Path) -> Result<Fabric, FabricError> {
-    let class = sysfs_root.join("class/infiniband");
-    let mut devices = match list_dir(&class) {
-        Ok(d) => d,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Fabric::default()),
-        Err(source) => {
-            return Err(FabricError::List {
-                path: class,
-                source,
-            })
-        }
-    };
-    devices.sort();
-    let mut ports = Vec::new();
-    for device in devices {
-        let ports_dir = class.join(&device).join("ports");
-        let names = match list_dir(&ports_dir) {
-            Ok(n) => n,
-            // A device without ports (being removed) has nothing to use.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(source) => {
-                return Err(FabricError::List {
-                    path: ports_dir,
-                    source,
-                })
-            }
-        };
-        let mut numbers: Vec<u32> = names.iter().filter_map(|n| n.parse().ok()).collect();
-        numbers.sort_unstable();
-        for port in numbers {
-            ports.push(read_port(&device, port, &ports_dir.join(port.to_string())));
-        }
-    }
-    Ok(Fabric { ports })
-}
-
-fn read_port(device: &str, port: u32, dir: &Path) -> RdmaPort {
-    let rate = read_attr(&dir.join("rate"));
-    RdmaPort {
-        device: device.to_string(),
-        port,
-        link_layer: LinkLayer::parse(read_attr(&dir.join("link_layer")).as_deref().unwrap_or("")),
-        state: read_attr(&dir.join("state")),
-        phys_state: read_attr(&dir.join("phys_state")),
-        rate_gbps: rate.as_deref().and_then(parse_rate_gbps),
-        rate,
-        gids: read_gids(dir),
-    }
-}
-
-fn read_gids(port_dir: &Path) -> Vec<Gid> {
-    let mut indices: Vec<u32> = list_dir(&port_dir.join("gids"))
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|n| n.parse().ok())
-        .collect();
-    indices.sort_unstable();
-    indices
-        .into_iter()
-        .filter_map(|index| {
-            let address = read_attr(&port_dir.join("gids").join(index.to_string()))?;
-            let bytes = parse_gid(&address)?;
-            if bytes.iter().all(|&b| b == 0) {
-                return None;
-            }
-            // The kernel answers EINVAL for attributes of unused entries.
-            let attr = |kind: &str| {
-                read_attr(
-                    &port_dir
-                        .join("gid_attrs")
-                        .join(kind)
-                        .join(index.to_string()),
-                )
-                .filter(|s| !s.is_empty())
-            };
-            Some(Gid {
-                index,
-                address,
-                gid_type: attr("types"),
-                netdev: attr("ndevs"),
-            })
-        })
-        .collect()
-}
-
-fn list_dir(dir: &Path) -> std::io::Result<Vec<String>> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        if let Some(name) = entry.file_name().to_str() {
-            out.push(name.to_string());
-        }
-    }
-    Ok(out)
-}
-
-fn read_attr(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_string())
 }
 
 /// `4: ACTIVE` -> 4.
@@ -311,6 +239,28 @@ mod tests {
         assert!(gid("0000:0000:0000:0000:0000:ffff:0a00:0001").is_ipv4_mapped());
         assert!(!gid("0000:0000:0000:0000:0000:ffff:0a00").is_ipv4_mapped());
         assert!(!gid("0000:0000:0000:0000:0000:0000:0a00:0001").is_ipv4_mapped());
+    }
+
+    #[test]
+    fn safe_names() {
+        for ok in ["mlx5_0", "ib0", "ens1f0np0", "rdma.3-x", &"a".repeat(64)] {
+            assert!(is_safe_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "mlx5_0,mlx5_1",
+            "mlx5_0:1",
+            "\x1b[2J",
+            "mlx5\n0",
+            "=mlx5",
+            "^mlx5",
+            "mlx 5",
+            "mlx5_\u{e9}",
+            &"a".repeat(65),
+        ] {
+            assert!(!is_safe_name(bad), "{bad:?}");
+        }
+        assert_eq!(quoted("a\x1b[2J,\n"), "\"a\\u{1b}[2J,\\n\"");
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! - [`ledger`]
 //! - [`checks`], [`xid`], [`probe`], [`fabric`], [`topology`]
 //! - [`slurm`], [`state`], [`config`], [`logging`]
-//! - [`snapshot`], [`finding`], [`verdict`], [`ids`], [`process`], [`time`], [`text`]
+//! - [`snapshot`], [`finding`], [`verdict`], [`ids`], [`process`], [`time`], [`text`],
+//!   [`sysfs_read`]
 
 pub mod checks;
 pub mod config;
@@ -31,6 +32,7 @@ pub mod run;
 pub mod slurm;
 pub mod snapshot;
 pub mod state;
+pub mod sysfs_read;
 pub mod text;
 pub mod time;
 pub mod topology;

@@ -224,3 +224,178 @@ fn ib_beats_roce_when_both_are_active() {
     let f = read_fabric(t.path()).unwrap();
     assert_eq!(f.port("mlx5_0", 1).unwrap().rate_gbps, None);
 }
+
+// What sysfs never holds: FIFOs, huge files, directories where attributes
+// belong, names that would change what NCCL_IB_HCA selects or reach a
+// terminal. The plugin runs this at every step launch inside slurmstepd:
+// each case must finish at once and say why.
+
+/// `f()` on another thread; fails the test when it has not returned
+/// within `secs` (the old reader blocked forever opening a FIFO).
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs))
+        .unwrap_or_else(|_| panic!("still running after {secs} s: the sysfs read hangs"))
+}
+
+fn ib_port(root: &Path, dev: &str) -> PathBuf {
+    let d = root.join("class/infiniband").join(dev).join("ports/1");
+    write(&d.join("link_layer"), "InfiniBand\n");
+    write(&d.join("state"), "4: ACTIVE\n");
+    write(&d.join("phys_state"), "5: LinkUp\n");
+    write(&d.join("rate"), "400 Gb/sec (4X NDR)\n");
+    d
+}
+
+fn mkfifo(p: &Path) {
+    let _ = std::fs::remove_file(p);
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(
+        unsafe { libc::mkfifo(c.as_ptr(), 0o600) },
+        0,
+        "mkfifo {p:?}"
+    );
+}
+
+/// Read, derive and explain the tree at `root` within 10 s: the
+/// NCCL_IB_HCA value and the notes.
+fn derive_within(root: &Path) -> (Option<String>, Vec<String>) {
+    let root = root.to_path_buf();
+    within(10, move || {
+        let f = read_fabric(&root).unwrap();
+        let policy = NcclPolicy::default();
+        let env = derive_nccl_env(&f, &policy);
+        let notes = gpu_health_core::fabric::explain::explain(&f, &policy, &env).notes;
+        (env.get("NCCL_IB_HCA").map(str::to_string), notes)
+    })
+}
+
+fn has_note(notes: &[String], parts: &[&str]) -> bool {
+    notes.iter().any(|n| parts.iter().all(|p| n.contains(p)))
+}
+
+#[test]
+fn fifo_or_directory_at_an_attribute_leaves_that_port_out_without_a_hang() {
+    let t = tempfile::tempdir().unwrap();
+    ib_port(t.path(), "mlx5_0");
+    let fifo = ib_port(t.path(), "mlx5_1");
+    mkfifo(&fifo.join("state"));
+    let dir = ib_port(t.path(), "mlx5_2");
+    std::fs::remove_file(dir.join("rate")).unwrap();
+    std::fs::create_dir(dir.join("rate")).unwrap();
+    let gid_fifo = ib_port(t.path(), "mlx5_3");
+    std::fs::create_dir_all(gid_fifo.join("gids")).unwrap();
+    mkfifo(&gid_fifo.join("gids/0"));
+    let (hca, notes) = derive_within(t.path());
+    assert_eq!(hca.as_deref(), Some("=mlx5_0:1"), "{notes:?}");
+    assert!(
+        has_note(
+            &notes,
+            &["mlx5_1:1 left out", "state: a FIFO, not a regular file"]
+        ),
+        "{notes:?}"
+    );
+    assert!(
+        has_note(&notes, &["mlx5_2:1 left out", "rate: a directory"]),
+        "{notes:?}"
+    );
+    assert!(
+        has_note(&notes, &["mlx5_3:1 left out", "gids/0: a FIFO"]),
+        "{notes:?}"
+    );
+}
+
+#[test]
+fn huge_file_at_an_attribute_leaves_that_port_out_at_once() {
+    let t = tempfile::tempdir().unwrap();
+    ib_port(t.path(), "mlx5_0");
+    let big = ib_port(t.path(), "mlx5_1");
+    // 2 GB, sparse: the old reader read all of it into memory.
+    std::fs::File::create(big.join("rate"))
+        .unwrap()
+        .set_len(2 << 30)
+        .unwrap();
+    let started = std::time::Instant::now();
+    let (hca, notes) = derive_within(t.path());
+    assert_eq!(hca.as_deref(), Some("=mlx5_0:1"), "{notes:?}");
+    assert!(
+        has_note(
+            &notes,
+            &["mlx5_1:1 left out", "rate: larger than 65536 bytes"]
+        ),
+        "{notes:?}"
+    );
+    // Not a benchmark: the bound makes it milliseconds, reading 2 GB takes seconds.
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
+#[test]
+fn huge_port_directory_leaves_the_device_out() {
+    let t = tempfile::tempdir().unwrap();
+    ib_port(t.path(), "mlx5_0");
+    let ports = t.path().join("class/infiniband/mlx5_1/ports");
+    for i in 0..=gpu_health_core::sysfs_read::MAX_DIR_ENTRIES {
+        std::fs::create_dir_all(ports.join(i.to_string())).unwrap();
+    }
+    let (hca, notes) = derive_within(t.path());
+    assert_eq!(hca.as_deref(), Some("=mlx5_0:1"));
+    assert!(
+        has_note(
+            &notes,
+            &["RDMA device mlx5_1 left out", "more than 4096 entries"]
+        ),
+        "{notes:?}"
+    );
+}
+
+#[test]
+fn device_names_that_would_corrupt_nccl_ib_hca_or_a_terminal_are_left_out() {
+    let t = tempfile::tempdir().unwrap();
+    ib_port(t.path(), "mlx5_0");
+    for bad in ["mlx5_1,mlx5_9", "\x1b[2J", "mlx5_\n7", "mlx5_2:1", "^mlx5"] {
+        ib_port(t.path(), bad);
+    }
+    let (hca, notes) = derive_within(t.path());
+    assert_eq!(hca.as_deref(), Some("=mlx5_0:1"), "{notes:?}");
+    for shown in [
+        r#""mlx5_1,mlx5_9""#,
+        r#""\u{1b}[2J""#,
+        r#""mlx5_\n7""#,
+        r#""mlx5_2:1""#,
+        r#""^mlx5""#,
+    ] {
+        assert!(
+            has_note(&notes, &["RDMA device", shown, "left out"]),
+            "{shown} {notes:?}"
+        );
+    }
+    for n in &notes {
+        assert!(!n.chars().any(char::is_control), "{n:?}");
+    }
+}
+
+#[test]
+fn unusable_names_and_escapes_in_attributes_never_leave_the_reader() {
+    let t = tempfile::tempdir().unwrap();
+    roce_port(t.path(), "mlx5_0", &[(LL, "RoCE v2"), (V4, "RoCE v2")]);
+    let port = t.path().join("class/infiniband/mlx5_0/ports/1");
+    write(&port.join("gid_attrs/ndevs/1"), "eth0,\x1b[31mx\n");
+    write(&port.join("rate"), "100 Gb/sec\x1b[2J (4X EDR)\n");
+    let root = t.path().to_path_buf();
+    let f = within(10, move || read_fabric(&root).unwrap());
+    let p = f.port("mlx5_0", 1).unwrap();
+    assert_eq!(p.gids[1].netdev, None);
+    assert_eq!(p.rate.as_deref(), Some("100 Gb/sec?[2J (4X EDR)"));
+    let env = derive_nccl_env(&f, &NcclPolicy::default());
+    let e = gpu_health_core::fabric::explain::explain(&f, &NcclPolicy::default(), &env);
+    assert!(
+        has_note(&e.notes, &["mlx5_0:1 GID 1: network device", "ignored"]),
+        "{:?}",
+        e.notes
+    );
+    assert_eq!(env.get("NCCL_IB_HCA"), Some("=mlx5_0:1"));
+}

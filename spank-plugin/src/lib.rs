@@ -7,10 +7,11 @@
 //! srun) validates and refuses; the step side ([`remote`]: slurmstepd)
 //! sets the environment and checks each step. The pure parts (the
 //! plugstack.conf arguments in `gpu_health_core::plugstack`, [`options`],
-//! [`step_checks`]) are tested without Slurm; the FFI glue is left out of
+//! [`nccl_setup`], [`step_checks`]) are tested without Slurm; the FFI glue is left out of
 //! test builds, which have no Slurm to link against.
 
 pub mod env_marker;
+pub mod nccl_setup;
 pub mod options;
 pub mod step_checks;
 

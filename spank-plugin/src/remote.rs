@@ -13,18 +13,21 @@ use std::os::raw::c_int;
 use std::path::{Path, PathBuf};
 
 use gpu_health_core::config::{self, Config, StepEndConfig};
-use gpu_health_core::fabric::nccl::derive_nccl_env;
-use gpu_health_core::fabric::read_fabric;
 use gpu_health_core::ids::{self, JobId, NodeName};
 use gpu_health_core::state::StateDir;
 use gpu_health_core::topology::check_node_groups;
 use gpu_health_core::verdict::Mode;
 
 use crate::env_marker::{should_write, SetByPlugin, MARKER};
+use crate::nccl_setup::nccl_for_step;
 use crate::options::{nccl_debug_file, read_lenient, JobOptions, OptionValues};
 use crate::spank::{self, SetEnv, Spank};
-use crate::step_checks::{health_report, job_gpus, read_topology, read_verdict, tp_report};
+use crate::step_checks::{
+    health_report, job_gpus, read_topology, read_verdict, step_end_gpus, tp_report,
+};
 use gpu_health_core::plugstack::PluginArgs;
+use gpu_health_core::run::step_end::gpu_list;
+use gpu_health_core::text::printable;
 
 /// Step ids at or above this are Slurm's special steps (batch script,
 /// extern, interactive): no srun task layout to check there.
@@ -107,21 +110,20 @@ fn load_config(args: &PluginArgs, node: &NodeName) -> Config {
 }
 
 fn set_nccl_env(env: &mut EnvWriter, sysfs_root: &Path, args: &PluginArgs) {
-    let fabric = match read_fabric(sysfs_root) {
-        Ok(f) => f,
-        Err(e) => {
-            spank::error(&format!(
-                "gpu-health: RDMA fabric unreadable, no NCCL_IB_* set: {e}"
-            ));
-            return;
-        }
-    };
-    let derived = derive_nccl_env(&fabric, &args.nccl);
-    for note in &derived.notes {
+    let step = nccl_for_step(sysfs_root, &args.nccl);
+    if let Some(why) = &step.unreadable {
+        spank::error(&format!("gpu-health: {why}"));
+    }
+    // Ports left out for what sysfs held: the admin's to fix, not the
+    // job's, so slurmd's log only.
+    for p in &step.problems {
+        spank::info(&format!("gpu-health: {p}"));
+    }
+    for note in &step.notes {
         spank::verbose(&format!("gpu-health: {note}"));
     }
-    for var in &derived.vars {
-        env.set(&var.name, &var.value);
+    for (name, value) in &step.vars {
+        env.set(name, value);
     }
 }
 
@@ -276,20 +278,19 @@ pub fn end_step(spank: &Spank, setup: &StepSetup) {
     if setup.opts.mode == Mode::Off || !setup.step_end.near_oom_notice || step == EXTERN_STEP_ID {
         return;
     }
-    let gpus = step_gpus(spank, setup, job_id);
-    if gpus.is_empty() {
+    let name = step_name(job_id, step);
+    let Some(gpus) = step_gpus(spank, setup, job_id, &name) else {
         return;
-    }
-    let list: Vec<String> = gpus.iter().map(u32::to_string).collect();
-    let (name, since, job) = (
-        step_name(job_id, step),
+    };
+    let (list, since, job) = (
+        gpu_list(&gpus),
         setup.started_ms.to_string(),
         job_id.to_string(),
     );
     let mut argv = vec![
         "step-end",
         "--gpus",
-        &list.join(","),
+        &list,
         "--since-ms",
         &since,
         "--job",
@@ -321,15 +322,30 @@ pub fn end_step(spank: &Spank, setup: &StepSetup) {
     }
 }
 
-/// The step's GPUs on this node (node numbering): the step's own, else
-/// the job's.
-fn step_gpus(spank: &Spank, setup: &StepSetup, job_id: JobId) -> Vec<u32> {
-    let own = spank
-        .getenv("SLURM_STEP_GPUS")
-        .and_then(|s| gpu_health_core::verdict::parse_gpu_list(&s).ok())
-        .filter(|l| !l.is_empty());
-    own.unwrap_or_else(|| {
-        let state = StateDir::open_existing(&setup.state_dir);
-        job_gpus(&read_verdict(&state, job_id), |k| spank.getenv(k))
-    })
+/// The step's GPUs on this node (node numbering) that the job owns:
+/// `SLURM_STEP_GPUS` (the user's to change) narrowed to the Prolog's
+/// record of the job's GPUs. `None`, logged, when there is nothing to
+/// report.
+fn step_gpus(spank: &Spank, setup: &StepSetup, job_id: JobId, name: &str) -> Option<Vec<u32>> {
+    let state = StateDir::open_existing(&setup.state_dir);
+    let verdict = read_verdict(&state, job_id);
+    let claimed = spank.getenv("SLURM_STEP_GPUS");
+    match step_end_gpus(claimed.as_deref(), &verdict) {
+        Ok(gpus) => {
+            if !gpus.not_the_jobs.is_empty() {
+                spank::info(&format!(
+                    "gpu-health: {name}: SLURM_STEP_GPUS names GPU(s) {} the job does not own; left out",
+                    gpu_list(&gpus.not_the_jobs)
+                ));
+            }
+            Some(gpus.report).filter(|g| !g.is_empty())
+        }
+        Err(why) => {
+            spank::info(&format!(
+                "gpu-health: no near-OOM notice for {name}: {}",
+                printable(&why)
+            ));
+            None
+        }
+    }
 }

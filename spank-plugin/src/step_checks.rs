@@ -4,6 +4,7 @@
 
 use gpu_health_core::finding::Action;
 use gpu_health_core::ids::JobId;
+use gpu_health_core::run::step_end::split_claim;
 use gpu_health_core::snapshot::{GpuLink, NodeSnapshot};
 use gpu_health_core::state::StateDir;
 use gpu_health_core::topology::TpViolation;
@@ -176,6 +177,50 @@ pub fn job_gpus(verdict: &VerdictRead, env: impl Fn(&str) -> Option<String>) -> 
                 .filter(|l| !l.is_empty())
         })
         .unwrap_or_default()
+}
+
+/// The GPUs whose near-OOM figures the step's user may hear about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepEndGpus {
+    /// The step's GPUs that the job owns (all the job's when the step
+    /// names none).
+    pub report: Vec<u32>,
+    /// GPUs the step's environment names that the job does not own.
+    pub not_the_jobs: Vec<u32>,
+}
+
+/// Which GPUs `gpu-health step-end` gets at the end of a step.
+///
+/// `claimed` is the job environment's `SLURM_STEP_GPUS`: the job's user
+/// can set it to anything, so it only narrows the job's own GPUs as the
+/// root Prolog recorded them (the verdict's `job_gpus`, from slurmd's
+/// SLURM_JOB_GPUS; the SPANK API has no item for the job's GPUs). Without
+/// that record there is nothing to trust: `Err(why)`, and no figures.
+pub fn step_end_gpus(claimed: Option<&str>, verdict: &VerdictRead) -> Result<StepEndGpus, String> {
+    let job_gpus = match verdict {
+        VerdictRead::Found(v) if !v.job_gpus.is_empty() => &v.job_gpus,
+        VerdictRead::Found(_) => return Err("the Prolog recorded no GPUs for the job".into()),
+        VerdictRead::Missing => {
+            return Err("no verdict of the Prolog for the job: its GPUs are unknown".into())
+        }
+        VerdictRead::Unreadable(e) => return Err(format!("the job's verdict is unreadable: {e}")),
+    };
+    let claimed = claimed
+        .and_then(|s| gpu_health_core::verdict::parse_gpu_list(s).ok())
+        .filter(|l| !l.is_empty());
+    Ok(match claimed {
+        Some(c) => {
+            let (report, not_the_jobs) = split_claim(&c, job_gpus);
+            StepEndGpus {
+                report,
+                not_the_jobs,
+            }
+        }
+        None => StepEndGpus {
+            report: job_gpus.clone(),
+            not_the_jobs: Vec::new(),
+        },
+    })
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@
 
 use serde::Serialize;
 
+use crate::text::printable;
+
 use super::nccl::{FabricKind, NcclEnv, NcclPolicy, Source};
 use super::{Fabric, LinkLayer, RdmaPort};
 
@@ -52,16 +54,18 @@ pub fn explain(fabric: &Fabric, policy: &NcclPolicy, env: &NcclEnv) -> Explanati
         .map(|p| {
             let used = listed(p);
             let why = port_why(p, used, env.kind);
+            // Text from sysfs, kept printable whoever built the fabric.
+            let shown = |s: &str| printable(s).into_owned();
             PortView {
-                port: p.hca_name(),
+                port: shown(&p.hca_name()),
                 link_layer: match &p.link_layer {
                     LinkLayer::InfiniBand => "InfiniBand".into(),
                     LinkLayer::Ethernet => "Ethernet (RoCE)".into(),
-                    LinkLayer::Other(o) => o.clone(),
+                    LinkLayer::Other(o) => shown(o),
                 },
-                state: p.state.clone().unwrap_or_else(|| "?".into()),
-                phys_state: p.phys_state.clone().unwrap_or_else(|| "?".into()),
-                rate: p.rate.clone(),
+                state: p.state.as_deref().map_or_else(|| "?".into(), shown),
+                phys_state: p.phys_state.as_deref().map_or_else(|| "?".into(), shown),
+                rate: p.rate.as_deref().map(shown),
                 used,
                 why,
             }
@@ -80,7 +84,9 @@ pub fn explain(fabric: &Fabric, policy: &NcclPolicy, env: &NcclEnv) -> Explanati
         fabric: env.kind,
         ports,
         vars,
-        notes: env.notes.clone(),
+        // What reading left out first (a FIFO or a huge file in sysfs, an
+        // unusable name), then what the derivation left out.
+        notes: fabric.notes.iter().chain(&env.notes).cloned().collect(),
     }
 }
 

@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Fabric, LinkLayer, RdmaPort};
+use super::{is_safe_name, quoted, Fabric, LinkLayer, RdmaPort, NAME_RULE};
 
 /// Seed value for large fabrics (NCCL's default is 20 since 2.23).
 pub const DEFAULT_IB_TIMEOUT: u32 = 22;
@@ -88,7 +88,22 @@ impl NcclEnv {
 /// The NCCL variables for this fabric under this policy.
 pub fn derive_nccl_env(fabric: &Fabric, policy: &NcclPolicy) -> NcclEnv {
     let mut notes = Vec::new();
-    let active: Vec<&RdmaPort> = fabric.active_ports().collect();
+    // read_fabric leaves such devices out already; a Fabric built or
+    // deserialised elsewhere gets the same rule: a name with a comma, a
+    // colon or a control character never reaches NCCL_IB_HCA.
+    let active: Vec<&RdmaPort> = fabric
+        .active_ports()
+        .filter(|p| {
+            let safe = is_safe_name(&p.device);
+            if !safe {
+                notes.push(format!(
+                    "RDMA device {} left out: {NAME_RULE}",
+                    quoted(&p.device)
+                ));
+            }
+            safe
+        })
+        .collect();
     let ib: Vec<&RdmaPort> = active
         .iter()
         .copied()
@@ -109,7 +124,7 @@ pub fn derive_nccl_env(fabric: &Fabric, policy: &NcclPolicy) -> NcclEnv {
             }
         })
         .collect();
-    let down = fabric.ports.len() - active.len();
+    let down = fabric.ports.iter().filter(|p| !p.is_active()).count();
     if down > 0 {
         notes.push(format!("{down} RDMA port(s) not ACTIVE, left out"));
     }

@@ -212,3 +212,39 @@ fn job_gpus_prefer_the_verdict() {
     assert_eq!(job_gpus(&VerdictRead::Missing, env), vec![4, 5]);
     assert_eq!(job_gpus(&VerdictRead::Missing, |_| None), Vec::<u32>::new());
 }
+
+#[test]
+fn step_end_reports_only_the_jobs_own_gpus() {
+    // The verdict says the job owns GPUs 2 and 3; the user set 0-7.
+    let got = step_end_gpus(Some("0-7"), &verdict(vec![])).unwrap();
+    assert_eq!(got.report, vec![2, 3]);
+    assert_eq!(got.not_the_jobs, vec![0, 1, 4, 5, 6, 7]);
+    // A GPU outside the allocation alone: nothing to report.
+    let got = step_end_gpus(Some("6"), &verdict(vec![])).unwrap();
+    assert!(got.report.is_empty());
+    assert_eq!(got.not_the_jobs, vec![6]);
+    // No step list (batch step) or garbage: the job's own.
+    for claimed in [None, Some(""), Some("x")] {
+        assert_eq!(
+            step_end_gpus(claimed, &verdict(vec![])).unwrap().report,
+            vec![2, 3]
+        );
+    }
+    assert_eq!(
+        step_end_gpus(Some("3"), &verdict(vec![])).unwrap().report,
+        vec![3]
+    );
+}
+
+#[test]
+fn step_end_without_the_prologs_record_reports_nothing() {
+    let e = step_end_gpus(Some("0-7"), &VerdictRead::Missing).unwrap_err();
+    assert!(e.contains("no verdict"), "{e}");
+    let e = step_end_gpus(Some("0"), &VerdictRead::Unreadable("corrupt".into())).unwrap_err();
+    assert!(e.contains("unreadable: corrupt"), "{e}");
+    let mut v = verdict(vec![]);
+    if let VerdictRead::Found(j) = &mut v {
+        j.job_gpus.clear();
+    }
+    assert!(step_end_gpus(Some("0"), &v).is_err());
+}

@@ -5,7 +5,7 @@
 use std::process::Command;
 
 use gpu_health_core::ids::JobId;
-use gpu_health_core::state::{StateDir, StateFile};
+use gpu_health_core::state::StateDir;
 use gpu_health_core::verdict::{JobVerdict, Mode};
 use gpu_health_testkit::{output, SimNode};
 
@@ -36,9 +36,7 @@ fn prolog_recorded(node: &SimNode, job: u32, gpus: &[u32]) {
         findings: Vec::new(),
         config_error: None,
     };
-    state
-        .save(StateFile::JobVerdict(JobId::from(job)), &verdict)
-        .unwrap();
+    state.save(JobId::from(job), &verdict).unwrap();
 }
 
 /// The plugin's command line for step `job`.0 claiming `gpus`.

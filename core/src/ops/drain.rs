@@ -118,8 +118,10 @@ pub struct Drainer<'a> {
 }
 
 /// Left of the budget after the wait, for the look at the node table and
-/// the drain; a drain that could not be decided in time is not made.
-pub const DECIDE_RESERVE: Duration = Duration::from_millis(400);
+/// the drain; a drain that could not be decided in time is not made. The
+/// configuration refuses a brake whose wait leaves less than this of the
+/// Slurm budget.
+pub const DECIDE_RESERVE: Duration = Duration::from_millis(crate::config::BRAKE_DECIDE_RESERVE_MS);
 
 /// Kept from the claim and the look for the withdrawal or drain that
 /// follows them, so that a slow call cannot leave a claim behind.

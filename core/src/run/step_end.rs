@@ -16,7 +16,7 @@ use std::time::Duration;
 use crate::ids::JobId;
 use crate::probe::{self, ProbeOptions};
 use crate::records::{near_oom_since, step_notice};
-use crate::state::{StateDir, StateFile};
+use crate::state::StateDir;
 use crate::text::printable;
 use crate::verdict::JobVerdict;
 
@@ -39,7 +39,7 @@ pub struct EndedStep {
 /// verdict's `job_gpus`, from slurmd's SLURM_JOB_GPUS); `Err(why)` when
 /// there is no such record to trust.
 pub fn recorded_job_gpus(state: &StateDir, job: JobId) -> Result<Vec<u32>, String> {
-    match state.load::<JobVerdict>(StateFile::JobVerdict(job)) {
+    match state.load::<JobVerdict>(job) {
         Ok(Some(v)) if v.job_id != job => Err(format!(
             "the verdict file of job {job} holds job {}",
             v.job_id
@@ -154,19 +154,13 @@ mod tests {
             findings: Vec::new(),
             config_error: None,
         };
-        state
-            .save(StateFile::JobVerdict(job), &verdict(42, vec![2, 3]))
-            .unwrap();
+        state.save(job, &verdict(42, vec![2, 3])).unwrap();
         assert_eq!(recorded_job_gpus(&state, job).unwrap(), vec![2, 3]);
-        state
-            .save(StateFile::JobVerdict(job), &verdict(42, vec![]))
-            .unwrap();
+        state.save(job, &verdict(42, vec![])).unwrap();
         assert!(recorded_job_gpus(&state, job)
             .unwrap_err()
             .contains("no GPUs"));
-        state
-            .save(StateFile::JobVerdict(job), &verdict(7, vec![0]))
-            .unwrap();
+        state.save(job, &verdict(7, vec![0])).unwrap();
         assert!(recorded_job_gpus(&state, job)
             .unwrap_err()
             .contains("holds job 7"));

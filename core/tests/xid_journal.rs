@@ -326,8 +326,9 @@ fn an_endless_backlog_is_read_a_share_at_a_time() {
 
 #[test]
 fn a_read_cut_short_by_the_timeout_keeps_what_it_read() {
-    // journalctl writes three entries and a cursor line, then hangs: the
-    // read keeps the entries, returns the cursor of the last one (not the
+    // journalctl writes three entries and a cursor line, then hangs (and
+    // from the cursor of the third, writes nothing and hangs): the read
+    // keeps the entries, returns the cursor of the last one (not the
     // cursor line: journalctl did not end by itself) and says why.
     let dir = tempfile::tempdir().unwrap();
     let lines = [
@@ -340,7 +341,11 @@ fn a_read_cut_short_by_the_timeout_keeps_what_it_read() {
     let journalctl = stand_in(
         dir.path(),
         "journalctl",
-        &format!("printf '%s\\n' {}\nexec sleep 30", quoted.join(" ")),
+        &format!(
+            "for a; do case \"$a\" in --after-cursor=*) exec sleep 30 ;; esac; done\n\
+             printf '%s\\n' {}\nexec sleep 30",
+            quoted.join(" ")
+        ),
     );
     let cfg = XidConfig {
         journalctl,

@@ -101,9 +101,12 @@ pub(crate) fn read_journal_bounded(
     let mut filter = Filter::Grep;
     let mut restarted = false;
     loop {
-        let pass_deadline = match filter {
-            Filter::Grep => grep_deadline,
-            Filter::Plain => deadline,
+        // The filtered read must show an entry within its share of the
+        // time; once one has come, it may use all of it.
+        let pass_deadline = if filter == Filter::Grep && reader.entries == 0 {
+            grep_deadline
+        } else {
+            deadline
         };
         let end = journalctl(cfg, filter, since_ms, pass_deadline, &mut reader);
         let got = reader.entries;
@@ -117,6 +120,10 @@ pub(crate) fn read_journal_bounded(
                     got
                 ));
                 break;
+            }
+            PassEnd::TimedOut if got > 0 && Instant::now() < deadline => {
+                // Cut at the filtered read's share: go on from the last
+                // entry with the rest of the time.
             }
             PassEnd::TimedOut if got > 0 => {
                 reader.out.notes.push(format!(
@@ -335,6 +342,23 @@ fn program(p: &Path) -> String {
     p.display().to_string()
 }
 
+/// One line of `journalctl -o json` as it is parsed: the fields journald
+/// sets itself (never escaped in JSON) borrowed from the line, the message
+/// as whatever JSON it is (a string, or bytes as an array of numbers).
+#[derive(serde::Deserialize)]
+struct RawEntry<'a> {
+    #[serde(rename = "__CURSOR")]
+    cursor: Option<&'a str>,
+    #[serde(rename = "__REALTIME_TIMESTAMP")]
+    realtime: Option<&'a str>,
+    #[serde(rename = "__MONOTONIC_TIMESTAMP")]
+    monotonic: Option<&'a str>,
+    #[serde(rename = "_TRANSPORT")]
+    transport: Option<&'a str>,
+    #[serde(rename = "MESSAGE")]
+    message: Option<Value>,
+}
+
 /// What gpu-health reads of one journal entry.
 struct Entry {
     cursor: String,
@@ -346,15 +370,14 @@ struct Entry {
 
 impl Entry {
     fn parse(line: &str) -> Option<Entry> {
-        let v: Value = serde_json::from_str(line).ok()?;
-        let text = |k: &str| v.get(k).and_then(Value::as_str);
-        let number = |k: &str| text(k).and_then(|s| s.parse::<u64>().ok());
+        let raw: RawEntry = serde_json::from_str(line).ok()?;
+        let number = |s: Option<&str>| s.and_then(|s| s.parse::<u64>().ok());
         Some(Entry {
-            cursor: text("__CURSOR")?.to_string(),
-            realtime_us: number("__REALTIME_TIMESTAMP"),
-            monotonic_us: number("__MONOTONIC_TIMESTAMP"),
-            kernel: text("_TRANSPORT") == Some("kernel"),
-            message: v.get("MESSAGE").and_then(message_bytes),
+            cursor: raw.cursor?.to_string(),
+            realtime_us: number(raw.realtime),
+            monotonic_us: number(raw.monotonic),
+            kernel: raw.transport == Some("kernel"),
+            message: raw.message.as_ref().and_then(message_bytes),
         })
     }
 

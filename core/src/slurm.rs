@@ -186,7 +186,12 @@ impl<'a> Scontrol<'a> {
         let mut nodes = Vec::new();
         let mut too_many = false;
         let done = process::run_lines(self.program, &args, left, MAX_LINE, |line| {
-            let text = String::from_utf8_lossy(line.text);
+            // (Valid UTF-8, as Slurm writes, is checked much faster than
+            // the lossy conversion walks it.)
+            let text = match std::str::from_utf8(line.text) {
+                Ok(t) => std::borrow::Cow::Borrowed(t),
+                Err(_) => String::from_utf8_lossy(line.text),
+            };
             let Some(mut info) = NodeInfo::parse(&text) else {
                 return Flow::Continue;
             };

@@ -27,7 +27,12 @@ impl NodeInfo {
         // One pass over the words; the first of each key counts (and the
         // first Comment that is a claim).
         let (mut name, mut state, mut partitions, mut claim) = (None, None, None, None);
-        for word in line.split_whitespace() {
+        for word in line.split_ascii_whitespace() {
+            // Most of a 1 KB line is fields of no interest: look at the
+            // words that may be ours only.
+            if !matches!(word.as_bytes().first(), Some(b'N' | b'S' | b'P' | b'C')) {
+                continue;
+            }
             let Some((key, value)) = word.split_once('=') else {
                 continue;
             };
@@ -49,7 +54,7 @@ impl NodeInfo {
                     .collect()
             })
             .unwrap_or_default();
-        let (reason, reason_time) = match line.find(" Reason=") {
+        let (reason, reason_time) = match memchr::memmem::find(line.as_bytes(), b" Reason=") {
             None => (None, None),
             Some(i) => split_reason(&line[i + " Reason=".len()..]),
         };

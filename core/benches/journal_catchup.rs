@@ -19,6 +19,8 @@
 //! - `JOURNAL_BACKLOG_MB`: size of the journal files to write (default 128).
 //! - `JOURNAL_TIMEOUT_MS`: `journal_timeout_ms` (default the default).
 //! - `JOURNAL_MAX_RUNS`: give up after this many runs (default 100).
+//! - `JOURNALCTL`: the journalctl to run (e.g. a wrapper that refuses
+//!   `--grep`, as one built without PCRE2 does).
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -179,6 +181,8 @@ fn main() {
     let cfg = XidConfig {
         journal_path: Some(dir.clone()),
         journal_timeout_ms: env_u64("JOURNAL_TIMEOUT_MS", defaults.journal_timeout_ms),
+        journalctl: std::env::var_os("JOURNALCTL")
+            .map_or(defaults.journalctl.clone(), PathBuf::from),
         ..defaults
     };
     let snapshot = NodeSnapshot {

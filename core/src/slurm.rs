@@ -1,20 +1,30 @@
 //! Slurm actions: the only place that runs Slurm commands and reads their
 //! output.
 //!
-//! Commands run through [`crate::process::run`] (no shell, stdin closed,
+//! Commands run through [`crate::process`] (no shell, stdin closed,
 //! killed at the deadline); every value that reaches an argument is
 //! checked first. One [`Scontrol`] serves one run and holds that run's
 //! time budget: every call gets what is left of it, so a slow slurmctld
 //! cannot hold a job start longer than `scontrol_timeout_ms` in all. Only
 //! the failing path calls Slurm (Slurm's docs ask prologs not to on the
 //! common path).
+//!
+//! The node table (`scontrol show node -o`) is read as a stream, one line
+//! per node, keeping per node only what the brake and the runs use (name,
+//! state, partitions, claim, the reason capped at [`REASON_KEPT`] bytes):
+//! memory grows with the number of nodes, not with what else Slurm prints
+//! about them (features, gres, comments), and no node is lost however
+//! large the cluster.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::finding::is_own_reason;
+use crate::finding::{is_own_reason, MAX_REASON_LEN};
 use crate::ids::NodeName;
-use crate::process::{self, RunError};
+use crate::process::{self, Ended, Flow, RunError};
+
+mod node_info;
+pub use node_info::NodeInfo;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SlurmError {
@@ -30,14 +40,32 @@ pub enum SlurmError {
     BadArgument { what: &'static str, value: String },
     #[error("the run's time for Slurm commands ({budget_ms} ms, scontrol_timeout_ms) is spent")]
     BudgetSpent { budget_ms: u64 },
+    #[error("scontrol listed more than {limit} nodes; not reading a node table that large")]
+    TooManyNodes { limit: usize },
 }
 
 /// What a brake claim's Comment starts with; the stamp (unix ms of the
 /// claiming node's clock) follows.
 pub const CLAIM_PREFIX: &str = "gpu-health-claim:";
 
-/// Output kept from a command (bounded: a huge cluster listing is cut).
-const MAX_OUTPUT: usize = 8 << 20;
+/// Output kept from an update (it prints nothing when it works).
+const MAX_OUTPUT: usize = 64 << 10;
+
+/// Bytes read of one line of `scontrol show node -o`; a longer line is
+/// cut (its fields past the cut are not seen). Real lines are 0.5 to 2 KB.
+const MAX_LINE: usize = 1 << 20;
+
+/// Nodes one read of the node table keeps at most (Slurm's largest
+/// clusters have tens of thousands): a bound on memory, not a limit any
+/// cluster reaches.
+pub const MAX_NODES: usize = 1_000_000;
+
+/// Bytes of a node's reason kept from a read of the node table, unless
+/// the node is the one asked for by name (whose reason is kept whole).
+/// gpu-health's own reasons are shorter, so whether a drain is ours, and
+/// which of ours, is always seen; Slurm may append its own text after ours.
+pub const REASON_KEPT: usize = 256;
+const _: () = assert!(REASON_KEPT > MAX_REASON_LEN);
 
 /// scontrol for one run, with the run's time budget.
 pub struct Scontrol<'a> {
@@ -128,12 +156,74 @@ impl<'a> Scontrol<'a> {
         node: Option<&NodeName>,
         reserve: Duration,
     ) -> Result<Vec<NodeInfo>, SlurmError> {
+        self.show_nodes_where(node, reserve, |_| true)
+    }
+
+    /// [`Scontrol::show_nodes_leaving`], keeping only the nodes `keep`
+    /// accepts (it sees each node as it is read). The table is read as a
+    /// stream: what is not kept takes no memory.
+    pub fn show_nodes_where(
+        &self,
+        node: Option<&NodeName>,
+        reserve: Duration,
+        keep: impl FnMut(&NodeInfo) -> bool,
+    ) -> Result<Vec<NodeInfo>, SlurmError> {
+        self.read_nodes(node, reserve, keep, MAX_NODES)
+    }
+
+    fn read_nodes(
+        &self,
+        node: Option<&NodeName>,
+        reserve: Duration,
+        mut keep: impl FnMut(&NodeInfo) -> bool,
+        max_nodes: usize,
+    ) -> Result<Vec<NodeInfo>, SlurmError> {
         let mut args = vec!["show", "node", "-o"];
         if let Some(n) = node {
             args.push(n.as_str());
         }
-        let out = self.run_leaving(&args, reserve)?;
-        Ok(out.lines().filter_map(NodeInfo::parse).collect())
+        let left = self.left(reserve)?;
+        let mut nodes = Vec::new();
+        let mut too_many = false;
+        let done = process::run_lines(self.program, &args, left, MAX_LINE, |line| {
+            // (Valid UTF-8, as Slurm writes, is checked much faster than
+            // the lossy conversion walks it.)
+            let text = match std::str::from_utf8(line.text) {
+                Ok(t) => std::borrow::Cow::Borrowed(t),
+                Err(_) => String::from_utf8_lossy(line.text),
+            };
+            let Some(mut info) = NodeInfo::parse(&text) else {
+                return Flow::Continue;
+            };
+            let asked_for = node.is_some_and(|n| n.as_str() == info.name);
+            info.compact(if asked_for { None } else { Some(REASON_KEPT) });
+            if !keep(&info) {
+                return Flow::Continue;
+            }
+            if nodes.len() == max_nodes {
+                too_many = true;
+                return Flow::Stop;
+            }
+            nodes.push(info);
+            Flow::Continue
+        })?;
+        if too_many {
+            return Err(SlurmError::TooManyNodes { limit: max_nodes });
+        }
+        if let Ended::Exited(status) = done.ended {
+            if !status.success() {
+                return Err(self.failed(status.to_string(), &done.stderr));
+            }
+        }
+        if done.cut_lines > 0 {
+            log::warn!(
+                "scontrol show node: {} node lines longer than {} KiB were read only that far \
+                 (a claim in a Comment past it is not seen)",
+                done.cut_lines,
+                MAX_LINE >> 10
+            );
+        }
+        Ok(nodes)
     }
 
     /// This node as Slurm sees it (`None`: Slurm does not know it).
@@ -149,185 +239,222 @@ impl<'a> Scontrol<'a> {
     }
 
     fn run_leaving(&self, args: &[&str], reserve: Duration) -> Result<String, SlurmError> {
+        let left = self.left(reserve)?;
+        let done = process::run(self.program, args, left, MAX_OUTPUT)?;
+        if !done.status.success() {
+            return Err(self.failed(done.status.to_string(), &done.stderr));
+        }
+        Ok(done.stdout)
+    }
+
+    /// The budget a call may use, keeping `reserve` for later calls.
+    fn left(&self, reserve: Duration) -> Result<Duration, SlurmError> {
         let left = self.remaining().saturating_sub(reserve);
         if left.is_zero() {
             return Err(SlurmError::BudgetSpent {
                 budget_ms: self.budget.as_millis() as u64,
             });
         }
-        let done = process::run(self.program, args, left, MAX_OUTPUT)?;
-        if !done.status.success() {
-            return Err(SlurmError::Failed {
-                program: self.program.display().to_string(),
-                status: done.status.to_string(),
-                stderr: done.stderr.trim().chars().take(500).collect(),
-            });
+        Ok(left)
+    }
+
+    fn failed(&self, status: String, stderr: &str) -> SlurmError {
+        SlurmError::Failed {
+            program: self.program.display().to_string(),
+            status,
+            stderr: stderr.trim().chars().take(500).collect(),
         }
-        Ok(done.stdout)
     }
-}
-
-/// One line of `scontrol show node -o`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeInfo {
-    pub name: String,
-    /// e.g. `IDLE+DRAIN`, `MIXED`, `DOWN*+DRAIN`.
-    pub state: String,
-    pub reason: Option<String>,
-    /// When slurmctld set the reason: `2026-11-29T14:00:01` from
-    /// ` [root@2026-11-29T14:00:01]` (ISO stamps of one slurmctld sort as
-    /// strings; the drain brake ranks drains by them).
-    pub reason_time: Option<String>,
-    pub partitions: Vec<String>,
-    /// The drain brake's claim on this node (`Comment=gpu-health-claim:<ms>`):
-    /// the claiming node's clock in unix ms.
-    pub claim_ms: Option<u64>,
-}
-
-impl NodeInfo {
-    /// Parse `NodeName=n1 Arch=... State=IDLE+DRAIN ... Reason=text [root@...]`.
-    /// Reason is the last field and may contain spaces.
-    pub fn parse(line: &str) -> Option<NodeInfo> {
-        let field = |key: &str| {
-            line.split_whitespace()
-                .find_map(|t| t.strip_prefix(key).map(str::to_string))
-        };
-        let name = field("NodeName=")?;
-        let state = field("State=").unwrap_or_default();
-        let partitions = field("Partitions=")
-            .map(|p| {
-                p.split(',')
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default();
-        let (reason, reason_time) = match line.find(" Reason=") {
-            None => (None, None),
-            Some(i) => split_reason(&line[i + " Reason=".len()..]),
-        };
-        let claim_ms = line
-            .split_whitespace()
-            .find_map(|t| t.strip_prefix("Comment=")?.strip_prefix(CLAIM_PREFIX))
-            .and_then(|ms| ms.parse().ok());
-        Some(NodeInfo {
-            name,
-            state,
-            reason: reason.filter(|r| !r.is_empty() && r != "(null)"),
-            reason_time,
-            partitions,
-            claim_ms,
-        })
-    }
-
-    pub fn is_drained(&self) -> bool {
-        self.state
-            .split('+')
-            .any(|s| s == "DRAIN" || s == "DRAINED" || s == "DRAINING")
-    }
-
-    /// Drained with a reason of gpu-health's.
-    pub fn drained_by_us(&self) -> bool {
-        self.is_drained() && self.reason.as_deref().is_some_and(is_own_reason)
-    }
-}
-
-/// The fields `scontrol show node -o` may print after the reason.
-const AFTER_REASON: [&str; 5] = [
-    " Comment=",
-    " Extra=",
-    " InstanceId=",
-    " InstanceType=",
-    " ReservationName=",
-];
-
-/// `text [user@time] Comment=...` -> the reason and its time. Slurm puts
-/// the reason's stamp right after it, and the optional Comment, Extra,
-/// ... fields after that; without a stamp the reason ends at the first of
-/// those fields.
-fn split_reason(rest: &str) -> (Option<String>, Option<String>) {
-    let mut from = 0;
-    while let Some(j) = rest[from..].find(" [").map(|j| j + from) {
-        let inner_end = rest[j + 2..].find(']').map(|k| k + j + 2);
-        if let Some(end) = inner_end {
-            let stamp = &rest[j + 2..end];
-            let after = &rest[end + 1..];
-            let ends_here =
-                after.trim_end().is_empty() || AFTER_REASON.iter().any(|k| after.starts_with(k));
-            if ends_here && !stamp.contains(char::is_whitespace) {
-                let time = stamp.rsplit_once('@').map_or(stamp, |(_, t)| t);
-                return (Some(rest[..j].to_string()), Some(time.to_string()));
-            }
-        }
-        from = j + 2;
-    }
-    let end = AFTER_REASON
-        .iter()
-        .filter_map(|k| rest.find(k))
-        .min()
-        .unwrap_or(rest.len());
-    (Some(rest[..end].trim_end().to_string()), None)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn parses_node_lines() {
-        let l = "NodeName=n2 Arch=x86_64 CoresPerSocket=1 State=IDLE+DRAIN ThreadsPerCore=1 \
-                 Partitions=gpu,debug Reason=gpu-health: Xid 79 GPU3 0000:5d:00.0 (drain) [root@2026-11-29T14:00:01]";
-        let n = NodeInfo::parse(l).unwrap();
-        assert_eq!(n.name, "n2");
-        assert!(n.is_drained() && n.drained_by_us());
-        assert_eq!(n.partitions, vec!["gpu", "debug"]);
-        assert_eq!(
-            n.reason.as_deref(),
-            Some("gpu-health: Xid 79 GPU3 0000:5d:00.0 (drain)")
+    /// A node line as `scontrol show node -o` of Slurm `series` prints
+    /// it, padded to about 1 KB with what real clusters carry (features,
+    /// gres, OS, TRES, a JSON Extra).
+    fn node_line(
+        series: &str,
+        name: &str,
+        state: &str,
+        parts: &str,
+        reason: Option<&str>,
+        comment: Option<&str>,
+    ) -> String {
+        let mut l = format!(
+            "NodeName={name} Arch=x86_64 CoresPerSocket=56 CPUAlloc=0 CPUEfctv=224 CPUTot=224 \
+             CPULoad=3.12 AvailableFeatures=h100,nvlink,ib400,sapphirerapids,rack12,rowb \
+             ActiveFeatures=h100,nvlink,ib400,sapphirerapids,rack12,rowb \
+             Gres=gpu:h100:8(S:0-1),nic:mlx5:8 NodeAddr={name} NodeHostName={name} \
+             Version={series}.5 OS=Linux 6.1.0-28-amd64 #1 SMP PREEMPT_DYNAMIC Debian 6.1.119-1 (2024-11-22) \
+             RealMemory=2063000 AllocMem=0 FreeMem=2011234 Sockets=2 Boards=1 State={state} \
+             ThreadsPerCore=2 TmpDisk=3500000 Weight=10 Owner=N/A MCS_label=N/A Partitions={parts} \
+             BootTime=2026-11-20T08:00:01 SlurmdStartTime=2026-11-20T08:01:12 \
+             LastBusyTime=2026-11-29T13:59:58"
         );
-        assert_eq!(n.reason_time.as_deref(), Some("2026-11-29T14:00:01"));
-        let idle = NodeInfo::parse("NodeName=n1 State=IDLE Partitions=gpu").unwrap();
-        assert!(!idle.is_drained());
-        assert_eq!((idle.reason, idle.reason_time), (None, None));
-        let plain = NodeInfo::parse("NodeName=n3 State=DRAIN Reason=admin").unwrap();
-        assert_eq!(plain.reason.as_deref(), Some("admin"));
-        assert!(!plain.drained_by_us());
-        assert!(NodeInfo::parse("garbage").is_none());
+        if series == "24.11" {
+            l.push_str(" ResumeAfterTime=None");
+        }
+        l.push_str(
+            " CfgTRES=cpu=224,mem=2063000M,billing=224,gres/gpu=8,gres/gpu:h100=8 AllocTRES= \
+             CapWatts=n/a CurrentWatts=0 AveWatts=0",
+        );
+        if series == "22.05" {
+            l.push_str(" ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s");
+        }
+        if let Some(r) = reason {
+            l.push_str(&format!(" Reason={r} [root@2026-11-29T14:00:01]"));
+        }
+        if let Some(c) = comment {
+            l.push_str(&format!(" Comment={c}"));
+        }
+        l.push_str(r#" Extra={"rack":"r12","row":"b","pdu":"b12-2","asset":"#);
+        while l.len() < 1000 {
+            l.push('7');
+        }
+        l.push_str(r#"","owner":"hpc-ops"}"#);
+        l
+    }
+
+    /// A stand-in scontrol that prints `body`'s output whatever it is asked.
+    fn stand_in(dir: &Path, body: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.join("scontrol");
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
     }
 
     #[test]
-    fn reason_ends_before_comment_and_extra() {
-        // As 22.05 and 24.11 print them: the reason's stamp, then the
-        // optional Comment and Extra.
-        let l = "NodeName=n4 State=IDLE+DRAIN Partitions=gpu \
-                 Reason=gpu-health: Xid 79 GPU3 (drain) [root@2026-11-29T14:00:01] \
-                 Comment=RMA ticket [ops@x] 42 Extra=rack=7";
-        let n = NodeInfo::parse(l).unwrap();
-        assert_eq!(n.reason.as_deref(), Some("gpu-health: Xid 79 GPU3 (drain)"));
-        assert_eq!(n.reason_time.as_deref(), Some("2026-11-29T14:00:01"));
-        assert_eq!(n.claim_ms, None, "an admin's comment is no claim");
-        let claimed = NodeInfo::parse(
-            "NodeName=n5 State=MIXED Partitions=gpu Comment=gpu-health-claim:1764590000123",
-        )
-        .unwrap();
-        assert_eq!(claimed.claim_ms, Some(1_764_590_000_123));
-        assert_eq!(claimed.reason, None);
-        let both = NodeInfo::parse(
-            "NodeName=n6 State=IDLE Reason=admin: cables [root@2026-11-29T14:00:01] \
-             Comment=gpu-health-claim:17",
-        )
-        .unwrap();
-        assert_eq!(both.reason.as_deref(), Some("admin: cables"));
-        assert_eq!(both.claim_ms, Some(17));
-        // No stamp: the reason still ends at the next field.
-        let bare = NodeInfo::parse("NodeName=n7 State=DOWN Reason=broken Extra=x").unwrap();
-        assert_eq!(
-            (bare.reason.as_deref(), bare.reason_time),
-            (Some("broken"), None)
+    fn a_node_behind_twenty_thousand_others_finds_its_claim() {
+        let long_admin = format!("admin: {}", "x".repeat(600));
+        for series in ["22.05", "24.11"] {
+            let dir = tempfile::tempdir().unwrap();
+            let table = dir.path().join("table");
+            let mut text = String::new();
+            for i in 1..20_000 {
+                let name = format!("gpu{i:05}");
+                let line = match i {
+                    7 => node_line(
+                        series,
+                        &name,
+                        "IDLE+DRAIN",
+                        "gpu,all",
+                        Some("gpu-health: Xid 79 GPU3 0000:5d:00.0 (drain)"),
+                        None,
+                    ),
+                    11 => node_line(series, &name, "DOWN+DRAIN", "gpu", Some(&long_admin), None),
+                    _ => node_line(series, &name, "MIXED", "gpu,all", None, None),
+                };
+                text.push_str(&line);
+                text.push('\n');
+            }
+            let me = node_line(
+                series,
+                "gpu20000",
+                "MIXED",
+                "gpu,all",
+                None,
+                Some("gpu-health-claim:1764590000123"),
+            );
+            text.push_str(&me);
+            text.push('\n');
+            assert!(text.len() > 20_000_000, "{}", text.len());
+            std::fs::write(&table, &text).unwrap();
+            let program = stand_in(dir.path(), &format!("exec cat '{}'", table.display()));
+            let s = Scontrol::new(&program, Duration::from_secs(60));
+            let nodes = s.show_nodes(None).unwrap();
+            assert_eq!(nodes.len(), 20_000, "{series}");
+            let last = &nodes[19_999];
+            assert_eq!(last.name, "gpu20000");
+            assert_eq!(last.claim_ms, Some(1_764_590_000_123), "{series}");
+            assert_eq!(last.partitions, ["gpu", "all"]);
+            assert!(nodes[6].drained_by_us(), "{:?}", nodes[6]);
+            assert_eq!(nodes[6].reason_time.as_deref(), Some("2026-11-29T14:00:01"));
+            let admin = nodes[10].reason.as_deref().unwrap();
+            assert_eq!(admin.len(), REASON_KEPT, "another node's reason is capped");
+            assert!(long_admin.starts_with(admin));
+            assert!(nodes[10].is_drained() && !nodes[10].drained_by_us());
+        }
+    }
+
+    #[test]
+    fn the_node_asked_for_keeps_its_whole_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        // A multi-byte character across the cap: cut before it.
+        let reason = format!("admin: {}é{}", "x".repeat(REASON_KEPT - 8), "y".repeat(300));
+        let line = node_line("24.11", "n1", "IDLE+DRAIN", "gpu", Some(&reason), None);
+        std::fs::write(dir.path().join("table"), format!("{line}\n")).unwrap();
+        let table = dir.path().join("table");
+        let program = stand_in(dir.path(), &format!("exec cat '{}'", table.display()));
+        let s = Scontrol::new(&program, Duration::from_secs(10));
+        let me = s.show_node(&node("n1")).unwrap().unwrap();
+        assert_eq!(me.reason.as_deref(), Some(reason.as_str()));
+        let all = s.show_nodes(None).unwrap();
+        let cut = all[0].reason.as_deref().unwrap();
+        assert_eq!(cut.len(), REASON_KEPT - 1);
+        assert!(reason.starts_with(cut));
+    }
+
+    #[test]
+    fn an_endless_table_is_refused_and_scontrol_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = stand_in(
+            dir.path(),
+            "exec yes 'NodeName=n1 State=IDLE Partitions=gpu'",
         );
-        let garbled =
-            NodeInfo::parse("NodeName=n8 State=IDLE Comment=gpu-health-claim:12x").unwrap();
-        assert_eq!(garbled.claim_ms, None);
+        let s = Scontrol::new(&program, Duration::from_secs(20));
+        let t0 = Instant::now();
+        let r = s.read_nodes(None, Duration::ZERO, |_| true, 1000);
+        assert!(
+            matches!(r, Err(SlurmError::TooManyNodes { limit: 1000 })),
+            "{r:?}"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        let msg = SlurmError::TooManyNodes { limit: MAX_NODES }.to_string();
+        assert!(msg.contains("1000000 nodes"), "{msg}");
+        // Only the nodes kept count towards the bound.
+        let mut seen = 0;
+        let program = stand_in(
+            dir.path(),
+            "i=0; while [ $i -lt 3000 ]; do echo \"NodeName=n$i State=IDLE\"; i=$((i+1)); done",
+        );
+        let s = Scontrol::new(&program, Duration::from_secs(20));
+        let kept = s
+            .read_nodes(
+                None,
+                Duration::ZERO,
+                |n| {
+                    seen += 1;
+                    n.name.ends_with('7')
+                },
+                1000,
+            )
+            .unwrap();
+        assert_eq!((seen, kept.len()), (3000, 300));
+    }
+
+    #[test]
+    fn a_failing_or_hanging_table_read_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = stand_in(
+            dir.path(),
+            "echo 'NodeName=n1 State=IDLE'; echo 'slurm_load_node error: Unable to contact slurm controller' >&2; exit 1",
+        );
+        let s = Scontrol::new(&program, Duration::from_secs(10));
+        match s.show_nodes(None) {
+            Err(SlurmError::Failed { stderr, .. }) => {
+                assert!(stderr.contains("Unable to contact"), "{stderr}")
+            }
+            r => panic!("{r:?}"),
+        }
+        let program = stand_in(dir.path(), "echo 'NodeName=n1 State=IDLE'; exec sleep 30");
+        let s = Scontrol::new(&program, Duration::from_millis(300));
+        assert!(matches!(
+            s.show_nodes(None),
+            Err(SlurmError::Run(RunError::Timeout { .. }))
+        ));
     }
 
     fn node(n: &str) -> NodeName {

@@ -196,3 +196,119 @@ proptest! {
         prop_assert_eq!(codes, vec![79]);
     }
 }
+
+mod xid_render;
+
+use gpu_health_core::xid::{EventKind, Policy, PolicyAction};
+use xid_render::{api_mismatch_new, api_mismatch_old, xid_with_name, Source, GENUINE_DBE};
+
+/// Pieces of hostile user text: line breaks of every source, separators,
+/// prefixes, records and the driver's fixed lines.
+fn user_fragment() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        proptest::collection::vec(1u8..=255, 1..6),
+        "[ -~]{1,8}".prop_map(String::into_bytes),
+        prop_oneof![
+            Just("\n"),
+            Just(", "),
+            Just(","),
+            Just("#012"),
+            Just("\\x0a"),
+            Just("NVRM: "),
+            Just("Xid (PCI:0000:18:00): 79, "),
+            Just("nvidia-nvswitch0: SXid (PCI:0000:18:00.0): 24007, Fatal"),
+            Just("The NVIDIA GPU 0000:18:00.0"),
+            Just("GPU 0000:18:00.0: GPU has fallen off the bus."),
+            Just("fallen off the bus and is not responding to commands."),
+            Just("NVRM: have the same version."),
+            Just("NVRM: components have the same version."),
+            Just("[  812.345678] "),
+            Just("Nov 29 14:00:00 gpu017 kernel: "),
+            Just("3,1,1,-;"),
+            Just("pid="),
+            Just("name="),
+            Just("Fatal"),
+            Just(" to 0x2 (Node Reboot Required)"),
+        ]
+        .prop_map(|s| s.as_bytes().to_vec()),
+    ]
+}
+
+/// User text of at most `max` bytes, any byte but NUL.
+fn user_text(max: usize) -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(user_fragment(), 0..12).prop_map(move |parts| {
+        let mut text = parts.concat();
+        text.truncate(max);
+        text
+    })
+}
+
+fn source() -> impl Strategy<Value = Source> {
+    proptest::sample::select(Source::ALL.to_vec())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 600, ..ProptestConfig::default() })]
+
+    /// Any client version string (63 bytes) and process name (15), in
+    /// either wording of the API-mismatch message and any source: no
+    /// event but the genuine one after it (in a syslog file with its
+    /// escapes off, where users write lines anyway, no event that can
+    /// drain).
+    #[test]
+    fn client_text_never_makes_an_event(
+        version in user_text(63),
+        comm in user_text(15),
+        newer in any::<bool>(),
+        same_stamp in any::<bool>(),
+        source in source(),
+    ) {
+        let message = if newer { api_mismatch_new(&comm, &version) } else { api_mismatch_old(&version) };
+        let records = [(812_345_678, message), (812_345_678 + u64::from(!same_stamp), GENUINE_DBE.to_vec())];
+        let events = source.read(&records);
+        let dbe = (EventKind::Xid, 48, Some("0000:c1:00.0"));
+        if source == Source::SyslogRaw {
+            prop_assert!(events.iter().all(|e| e.forgeable), "{:?}", xid_render::said(&events));
+            prop_assert_eq!(xid_render::said(&events).last().copied(), Some(dbe));
+        } else {
+            prop_assert_eq!(xid_render::said(&events), vec![dbe]);
+        }
+    }
+
+    /// Any process name (15 bytes) in an Xid record, in any source: the
+    /// kind, code and address are the record's, the message and action
+    /// those the record has with a plain name, and the next record is
+    /// read (journalctl's short form shows a record with control bytes
+    /// as "[blob data]": then only the next one).
+    #[test]
+    fn process_names_never_change_an_event(
+        name in user_text(15),
+        record in 0usize..4,
+        same_stamp in any::<bool>(),
+        source in source(),
+    ) {
+        let (code, message) = [
+            (13, "Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address"),
+            (145, "RLW_RXPIPE Nonfatal XC0 i0 Link 12 (0x00000000 0x00000000)"),
+            (145, "NETIR_LINK_EVT Fatal XC0 i0 Link 12 (0x00000000 0x00000000)"),
+            (154, "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"),
+        ][record];
+        let step = u64::from(!same_stamp);
+        let read = |name: &[u8]| {
+            source.read(&[(7_000_000, xid_with_name(code, "3b", name, message)), (7_000_000 + step, GENUINE_DBE.to_vec())])
+        };
+        let events = read(&name);
+        let plain = read(b"python3");
+        let shown = source != Source::JournalctlShort
+            || std::str::from_utf8(&name).is_ok_and(|s| s.chars().all(|c| c == '\n' || !c.is_control()));
+        let want = if shown { xid_render::said(&plain) } else { xid_render::said(&plain)[1..].to_vec() };
+        prop_assert_eq!(xid_render::said(&events), want);
+        if shown {
+            prop_assert_eq!(&events[0].message, &plain[0].message);
+            let policy = Policy::from_config(&XidConfig { syslog_may_drain: true, ..XidConfig::default() });
+            let action = |e| policy.decide(e).action;
+            prop_assert_eq!(action(&events[0]), action(&plain[0]));
+            prop_assert_ne!(action(&plain[0]), PolicyAction::Ignore);
+        }
+    }
+}

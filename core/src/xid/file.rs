@@ -5,7 +5,8 @@
 //! it. A scan seeks there and reads only what was appended, so its cost
 //! does not depend on the size of the history. Only lines holding `NVRM`
 //! or `SXid` (found with a SIMD substring search over raw bytes) are
-//! parsed.
+//! parsed, each with the lines that belong to its record: indented ones,
+//! and those a source printed apart ([`SplitRecord`]).
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
@@ -16,7 +17,7 @@ use memchr::memmem::Finder;
 use super::assemble::Assembler;
 use super::cursor::{fnv1a, Cursor};
 use super::log_read::LogRead;
-use super::parse::{parse_line, unwrap};
+use super::parse::{parse_line, unwrap, SplitRecord, SplitStep};
 use super::policy::Policy;
 use super::stamp::{Stamp, TimeContext};
 
@@ -101,6 +102,7 @@ fn first_scan_start(file: &File, path: &Path, len: u64, out: &mut LogRead) -> st
     let from = len - FIRST_SCAN_BYTES;
     let probe = read_exact_at(file, from, 64 << 10)?;
     let start = memchr::memchr(b'\n', &probe).map_or(from, |i| from + i as u64 + 1);
+    let start = start_of_record_around(file, start)?;
     out.notes.push(format!(
         "first scan of {} ({} MiB): only its last {} MiB are read",
         path.display(),
@@ -108,6 +110,46 @@ fn first_scan_start(file: &File, path: &Path, len: u64, out: &mut LogRead) -> st
         FIRST_SCAN_BYTES >> 20
     ));
     Ok(start)
+}
+
+/// Bytes before a first scan's start searched for a record it would
+/// begin inside (an API-mismatch message of up to 83 lines).
+const RECORD_LOOKBACK_BYTES: u64 = 16 << 10;
+
+/// Where a scan starting at the line at `start` must begin so as not to
+/// begin inside a record whose lines a source printed apart: that
+/// record's first line, or `start`.
+fn start_of_record_around(file: &File, start: u64) -> std::io::Result<u64> {
+    let from = start.saturating_sub(RECORD_LOOKBACK_BYTES);
+    let before = read_exact_at(file, from, (start - from) as usize)?;
+    let mut at = if from == 0 {
+        0
+    } else {
+        memchr::memchr(b'\n', &before).map_or(before.len(), |i| i + 1)
+    };
+    let mut open: Option<(usize, SplitRecord)> = None;
+    while at < before.len() {
+        let end = line_end(&before, at);
+        let line = &before[at..end];
+        if let Some((_, split)) = &mut open {
+            match split.take(line) {
+                SplitStep::Part => {
+                    at = end + 1;
+                    continue;
+                }
+                SplitStep::Last => {
+                    open = None;
+                    at = end + 1;
+                    continue;
+                }
+                // Another record: it may open one in turn.
+                SplitStep::Apart => {}
+            }
+        }
+        open = SplitRecord::open(line).map(|split| (at, split));
+        at = end + 1;
+    }
+    Ok(open.map_or(start, |(at, _)| from + at as u64))
 }
 
 /// Where to go on in the same file: the saved offset, unless the file
@@ -273,7 +315,12 @@ fn read_range(
                 Some([next, ..]) => !matches!(next, b' ' | b'\t'),
                 _ => at_end,
             };
-            let consumed = scan_lines(&buf[..=last], pos, last_line_done, &finders, asm, out);
+            let lines = &buf[..=last];
+            let ends = Ends {
+                done: last_line_done,
+                written: at_end,
+            };
+            let consumed = scan_lines(lines, pos, ends, &finders, asm, out);
             buf.copy_within(consumed..filled, 0);
             pos += consumed as u64;
             filled -= consumed;
@@ -296,15 +343,26 @@ fn read_range(
     Ok(asm.holdback(pos).unwrap_or(pos))
 }
 
+/// What follows a chunk of whole lines.
+#[derive(Clone, Copy)]
+struct Ends {
+    /// No indented line follows its last line, nor can one.
+    done: bool,
+    /// It ends what is written of the range.
+    written: bool,
+}
+
 /// Parse, in order, the records of `chunk` (whole lines) that hold a
 /// candidate word; a record is its line plus the indented continuation
 /// lines under it (`dmesg` and `journalctl` print a multi-line kernel
-/// record that way). Returns how many bytes were dealt with: a record
-/// that ends the chunk is left for the next chunk unless `done`.
+/// record that way), plus the lines a source printed apart that belong
+/// to it ([`SplitRecord`]: they are never read as records of their own).
+/// Returns how many bytes were dealt with: a record that ends the chunk
+/// is left for the next chunk unless `ends` says it cannot go on.
 fn scan_lines(
     chunk: &[u8],
     base: u64,
-    done: bool,
+    ends: Ends,
     finders: &(Finder, Finder),
     asm: &mut Assembler<'_>,
     out: &mut LogRead,
@@ -329,22 +387,76 @@ fn scan_lines(
         while record_end + 1 < chunk.len() && matches!(chunk[record_end + 1], b' ' | b'\t') {
             record_end = line_end(chunk, record_end + 1);
         }
-        if !done && record_end + 1 >= chunk.len() {
+        if !ends.done && record_end + 1 >= chunk.len() {
             return start;
         }
-        done_until = record_end + 1;
         let line = &chunk[start..end];
-        let parsed = if record_end > end && unwrap(line).is_some_and(|(_, seq, _)| seq.is_none()) {
-            parse_line(&join_continuations(&chunk[start..record_end]))
-        } else {
-            // A kmsg record's own continuation lines are its dictionary.
-            parse_line(line)
+        let joined;
+        let record: &[u8] =
+            if record_end > end && unwrap(line).is_some_and(|(_, seq, _)| seq.is_none()) {
+                joined = join_continuations(&chunk[start..record_end]);
+                &joined
+            } else {
+                // A kmsg record's own continuation lines are its dictionary.
+                line
+            };
+        let whole;
+        let record = match SplitRecord::open(record) {
+            None => record,
+            Some(split) => match take_split(split, chunk, record_end + 1, ends.written) {
+                Taken::Record(text, after) => {
+                    record_end = after - 1;
+                    whole = text;
+                    &whole
+                }
+                Taken::UserText(after) => {
+                    done_until = after;
+                    continue;
+                }
+                Taken::Unfinished => return start,
+            },
         };
-        if let Some(record) = parsed {
+        done_until = record_end + 1;
+        if let Some(record) = parse_line(record) {
             out.add(asm, record, base + start as u64);
         }
     }
     chunk.len()
+}
+
+/// What a record's lines apart came to.
+enum Taken {
+    /// An Xid record's whole text, and the offset after its last line.
+    Record(Vec<u8>, usize),
+    /// User text up to this offset: no record.
+    UserText(usize),
+    /// Its end is not in the chunk: read it with more lines.
+    Unfinished,
+}
+
+/// Take the lines from `at` that belong to `split`'s record.
+fn take_split(mut split: SplitRecord, chunk: &[u8], mut at: usize, written: bool) -> Taken {
+    loop {
+        if at >= chunk.len() {
+            if !written || split.waits_for_its_end() {
+                return Taken::Unfinished;
+            }
+            break;
+        }
+        let end = line_end(chunk, at);
+        match split.take(&chunk[at..end]) {
+            SplitStep::Part => at = end + 1,
+            SplitStep::Last => {
+                at = end + 1;
+                break;
+            }
+            SplitStep::Apart => break,
+        }
+    }
+    match split.into_record() {
+        Some(text) => Taken::Record(text, at),
+        None => Taken::UserText(at),
+    }
 }
 
 /// Index of the newline ending the line at `at` (or the chunk's end).
@@ -383,4 +495,40 @@ fn last_monotonic_us(file: &File, end: u64) -> std::io::Result<Option<u64>> {
         Some((Stamp::Monotonic { us }, _, _)) => Some(us),
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A first scan that would start inside an API-mismatch message
+    /// printed one line per line (`dmesg -S`) starts at its first line.
+    #[test]
+    fn a_first_scan_does_not_start_inside_user_text() {
+        let lines = [
+            "[  1.000000] e1000e: link up",
+            "[  2.000000] NVRM: API mismatch: the client has the version ",
+            "[  2.000000] NVRM: Xid (PCI:0000:18:00): 79, forged, but",
+            "[  2.000000] NVRM: this kernel module has the version 470.82.00.  Please",
+            "[  2.000000] NVRM: make sure that this kernel module and all NVIDIA driver",
+            "[  2.000000] NVRM: components have the same version.",
+            "[  3.000000] NVRM: Xid (PCI:0000:c1:00): 48, real",
+        ];
+        let text = lines.join("\n") + "\n";
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut file, text.as_bytes()).unwrap();
+        let at = |line: usize| {
+            lines[..line]
+                .iter()
+                .map(|l| l.len() as u64 + 1)
+                .sum::<u64>()
+        };
+        let start = |line| start_of_record_around(file.as_file(), at(line)).unwrap();
+        assert_eq!(start(0), 0);
+        assert_eq!(start(1), at(1));
+        for inside in 2..=5 {
+            assert_eq!(start(inside), at(1), "line {inside}");
+        }
+        assert_eq!(start(6), at(6), "after the message's end");
+    }
 }

@@ -89,3 +89,50 @@ fn health_check_refreshes_the_live_power_in_the_textfile() {
     );
     assert!(text.contains("gpu_health_node_gpu_power_watts "), "{text}");
 }
+
+/// A fault the brake held back on a node that is not drained is what the
+/// next check acts on: `resume` lists it and keeps it, unless told.
+#[test]
+fn resume_keeps_held_back_faults_unless_told() {
+    let node = SimNode::new("h100x8-healthy");
+    let cluster = gpu_health_testkit::FakeCluster::new(&node.path("cluster"), &["n1", "n2"]);
+    let cfg = node.write_config("");
+    std::fs::create_dir_all(node.path("gpu-health.d")).unwrap();
+    std::fs::write(
+        node.path("gpu-health.d/n1.toml"),
+        format!("scontrol = {:?}\n", cluster.scontrol()),
+    )
+    .unwrap();
+    std::fs::create_dir_all(node.path("state")).unwrap();
+    // As a run before the ledger kept it (the ledger folds it in).
+    std::fs::write(
+        node.path("state/pending-drain.json"),
+        r#"{"last_ms":1,"why":"drain brake","findings":[{"finding":{"check":"xid","action":"drain","gpu":3,"pci":"0000:5d:00.0","summary":"Xid 79 GPU3 0000:5d:00.0 pid=2210","message":"Xid 79"},"cause":"brake","since_ms":1}]}"#,
+    )
+    .unwrap();
+    let resume = |extra: &[&str]| {
+        output(
+            Command::new(gpu_health_testkit::program(env!(
+                "CARGO_BIN_EXE_gpu-health"
+            )))
+            .args(["resume", "n1"])
+            .args(extra)
+            .env_clear()
+            .env("GPU_HEALTH_CONFIG", &cfg)
+            .env("SLURMD_NODENAME", "n1"),
+        )
+    };
+    let (code, out, err) = resume(&[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("held back") && out.contains("Xid 79 GPU3"),
+        "{out}"
+    );
+    let ledger = std::fs::read_to_string(node.path("state/ledger.json")).unwrap_or_default();
+    assert!(ledger.contains("\"code\":79"), "kept: {ledger}");
+    let (code, out, err) = resume(&["--forget-pending"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("forgot"), "{out}");
+    assert!(!node.path("state/ledger.json").exists());
+    assert_eq!(cluster.reason("n1"), None, "never drained by resume");
+}

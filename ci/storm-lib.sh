@@ -563,8 +563,8 @@ storm_end() {
     fi
 }
 
-# Faulty nodes that stayed in service: each logged the brake and keeps a
-# pending-drain.json.
+# Faulty nodes that stayed in service: each logged the brake and keeps its
+# fault pending in its ledger.
 check_held_back() { # FAULTY_NODE...
     local n no_log=() no_pending=() held=0 logged
     logged=" $(grep -l 'drain brake' "$GH_DIR"/log/gpu-health-n*.log 2>/dev/null | sed 's|.*/gpu-health-||; s|\.log$||' | tr '\n' ' ') "
@@ -572,10 +572,10 @@ check_held_back() { # FAULTY_NODE...
         [[ -n ${reason_of[$n]+x} ]] && continue
         held=$((held + 1))
         [[ $logged == *" $n "* ]] || no_log+=("$n")
-        [[ -s $GH_DIR/$n/state/pending-drain.json ]] || no_pending+=("$n")
+        grep -q '"cause":"brake"' "$GH_DIR/$n/state/ledger.json" 2>/dev/null || no_pending+=("$n")
     done
     check "${#no_log[@]}" "every faulty node left in service ($held) logged \"drain brake\"${no_log[*]:+ (not: $(printf '%s ' "${no_log[@]:0:10}")...)}"
-    check "${#no_pending[@]}" "every faulty node left in service ($held) keeps a pending-drain.json${no_pending[*]:+ (not: $(printf '%s ' "${no_pending[@]:0:10}")...)}"
+    check "${#no_pending[@]}" "every faulty node left in service ($held) keeps its fault pending in its ledger${no_pending[*]:+ (not: $(printf '%s ' "${no_pending[@]:0:10}")...)}"
 }
 
 all_nodes() { local i; for ((i = 1; i <= nodes; i++)); do printf 'n%d\n' "$i"; done; }

@@ -75,7 +75,7 @@ quiet_time_s = $quiet"
     reason=$(gh_node_reason n1)
     assert_match "$reason" '^gpu-health: Xid 31 ' "n1's reason is gpu-health's and names Xid 31"
     assert_match "$reason" '\(drain-until-clean\)$' "the reason says it clears itself"
-    assert_file "$GH_DIR/n1/state/drain.json" "the drain is recorded in n1's state"
+    assert_contains "$(gh_cat "$GH_DIR/n1/state/ledger.json")" '"drain":{' "the drain is recorded in n1's ledger"
     assert_node_state n1 idle $((quiet + 40)) "n1 returns to idle after the quiet time"
     t_back=$SECONDS
     # The quiet time counts from the run that found the fault; that run's
@@ -83,7 +83,8 @@ quiet_time_s = $quiet"
     # seen drained up to 2 s less than the quiet time.
     assert_le "$((quiet - 2))" $((t_back - t_drained + 1)) "n1 stayed drained at least the quiet time (${quiet}s) less the brake's wait"
     assert_contains "$(gh_cat "$(gh_gpu_health_log n1)")" "returned to service" "n1's log says it returned"
-    assert_eq "$(gh_cat "$GH_DIR/n1/state/drain.json")" "" "the drain record is gone"
+    assert_not_contains "$(gh_cat "$GH_DIR/n1/state/ledger.json")" '"drain":{' "the ledger holds no drain any more"
+    assert_not_contains "$(gh_cat "$GH_DIR/n1/state/ledger.json")" '"id":' "nor any open fault"
     assert_eq "$(gh_node_state n2)" idle "the other nodes were not touched"
 }
 
@@ -178,7 +179,7 @@ max_drained_fraction = 0.25"
     for node in $(gh_nodes); do
         if [[ $(gh_node_state "$node") != *drain* ]]; then
             grep -q "drain brake" "$(gh_gpu_health_log "$node")" 2>/dev/null && held=$((held + 1))
-            assert_file "$GH_DIR/$node/state/pending-drain.json" "$node keeps its held-back finding as pending"
+            assert_contains "$(gh_cat "$GH_DIR/$node/state/ledger.json")" '"cause":"brake"' "$node keeps its held-back fault as pending"
         fi
     done
     assert_eq "$held" $((n - drained)) "every node left in service logged the brake"
@@ -243,7 +244,7 @@ escalate_window_hours = 1"
         assert_match "$(gh_node_reason n1)" '\(drain-until-clean\)$' "round $round: the reason clears itself"
         assert_node_state n1 idle 40 "round $round: n1 returns by itself"
     done
-    assert_contains "$(gh_cat "$GH_DIR/n1/state/returns.json")" "Xid 31" "n1's state counts the returns"
+    assert_contains "$(gh_cat "$GH_DIR/n1/state/ledger.json")" '"kinds":["Xid 31"]' "n1's ledger counts the returns"
     gh_kernel_log_append n1 "$(gh_xid_line 0000:18:00 31 703 'name=python3, MMU Fault: ENGINE GRAPHICS')"
     assert_node_state n1 'idle\+drain' 30 "round 3: n1 is drained again"
     reason=$(gh_node_reason n1)
@@ -256,7 +257,7 @@ escalate_window_hours = 1"
     out=$(admin_resume n1 2>&1) || rc=$?
     assert_eq "$rc" 0 "gpu-health resume returns n1 ($out)"
     assert_eq "$(gh_node_state n1)" idle "n1 is idle again"
-    assert_eq "$(gh_cat "$GH_DIR/n1/state/returns.json")" "" "and the count starts over"
+    assert_eq "$(gh_cat "$GH_DIR/n1/state/ledger.json")" "" "and the count starts over (the ledger is empty)"
 }
 
 # 9. A job's peak power is sampled by the health checks while it runs:

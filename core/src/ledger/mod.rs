@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::finding::{Action, Finding};
 
-pub use observe::RunView;
+pub use observe::{Observed, RunView};
 pub use plan::{Plan, Recorded, ReturnDecision};
 
 /// Version of the file's layout.

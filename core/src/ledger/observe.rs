@@ -22,6 +22,15 @@ pub struct RunView {
     pub at_job_end: bool,
 }
 
+/// What folding a run's findings in came to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// The run found a draining fault itself.
+    pub fresh: bool,
+    /// Kinds of fault the return history escalated to `drain`.
+    pub escalated: Vec<String>,
+}
+
 /// The identity under which the mildest faults beyond [`MAX_FAULTS`] are
 /// kept together.
 fn overflow_id() -> FaultId {
@@ -34,9 +43,13 @@ fn overflow_id() -> FaultId {
 
 impl Ledger {
     /// Fold the run's findings in (the draining ones: the ledger holds
-    /// what a run must act on). Returns whether the run found a draining
-    /// fault itself.
-    pub fn observe(&mut self, findings: &[Finding], view: &RunView, cfg: &RecoveryConfig) -> bool {
+    /// what a run must act on).
+    pub fn observe(
+        &mut self,
+        findings: &[Finding],
+        view: &RunView,
+        cfg: &RecoveryConfig,
+    ) -> Observed {
         self.keep_clock_honest(view.now_ms);
         if view.config_ok && view.scans_kernel_log {
             // Read again by this run, judged by the policy the admin meant.
@@ -52,11 +65,17 @@ impl Ledger {
         if !fresh {
             self.let_quiet_faults_go(view.now_ms, cfg.quiet_ms());
         }
+        let escalated = draining
+            .iter()
+            .zip(findings.iter().filter(|f| f.action.drains()))
+            .filter(|(now, was)| now.action > was.action)
+            .map(|(now, _)| FaultId::of(now).kind())
+            .collect();
         for f in &draining {
             self.merge(f, view);
         }
         self.bound();
-        fresh
+        Observed { fresh, escalated }
     }
 
     /// A clock that jumped back must not leave anything stamped in the

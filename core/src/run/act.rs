@@ -135,10 +135,18 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
         .filter(|f| f.action.drains())
         .map(FaultId::of)
         .collect();
-    let fresh = turn
-        .loaded
-        .ledger
-        .observe(findings, view, &ctx.config().recovery);
+    let recovery = &ctx.config().recovery;
+    let observed = turn.loaded.ledger.observe(findings, view, recovery);
+    let fresh = observed.fresh;
+    if !observed.escalated.is_empty() {
+        log::error!(
+            "{} returned by itself {} times or more within {} h for the same fault ({}): draining it for an admin",
+            ctx.node,
+            recovery.escalate_after_returns,
+            recovery.escalate_window_hours,
+            observed.escalated.join(", ")
+        );
+    }
     if turn.loaded.ledger.claim_ms.is_some() {
         withdraw_left_claim(turn);
     }

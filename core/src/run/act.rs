@@ -140,7 +140,7 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
     let fresh = observed.fresh;
     if !observed.escalated.is_empty() {
         log::error!(
-            "{} returned by itself {} times or more within {} h for the same fault ({}): draining it for an admin",
+            "{} returned by itself {} times or more within {} h for the same fault: draining it for an admin ({})",
             ctx.node,
             recovery.escalate_after_returns,
             recovery.escalate_window_hours,

@@ -30,6 +30,8 @@ pub struct NodeCheck {
     /// [`commit`].
     pub links: LinkHistory,
     pub xid: ScanOutcome,
+    /// The Xid state as it was saved (to save only a changed one).
+    pub xid_loaded: Option<XidState>,
 }
 
 /// NVML (abandoned at the deadline) and the GPUs sysfs lists on the PCI
@@ -94,6 +96,7 @@ pub fn judge(
     } else {
         ctx.state.load::<XidState>(())
     };
+    let xid_loaded = saved.as_ref().ok().cloned().flatten();
     let (xid_state, note) = match saved {
         Ok(saved) => XidState::checked(saved),
         Err(e) => (
@@ -122,6 +125,7 @@ pub fn judge(
         history_stale,
         links,
         xid,
+        xid_loaded,
     }
 }
 
@@ -158,9 +162,7 @@ pub fn commit(ctx: &RunContext, check: &mut NodeCheck, handled: bool) {
             log::error!("cannot save the NVLink history: {e}");
         }
     }
-    if let Err(e) = ctx.state.save((), &check.snapshot) {
-        log::error!("cannot save the node snapshot: {e}");
-    }
+    save_snapshot_when_it_changed(ctx, &check.snapshot);
     if !handled {
         if !check.xid.events.is_empty() {
             log::warn!(
@@ -169,7 +171,38 @@ pub fn commit(ctx: &RunContext, check: &mut NodeCheck, handled: bool) {
         }
         return;
     }
+    if check.xid_loaded.as_ref() == Some(&check.xid.state) {
+        return; // nothing new read: the saved cursor stands
+    }
     if let Err(e) = ctx.state.save((), &check.xid.state) {
         log::error!("cannot save the kernel-log cursor: {e}");
+    }
+}
+
+/// The snapshot's readers (the SPANK plugin) need its GPUs and their
+/// topology: the file is rewritten when those changed (or it is missing or
+/// unreadable), not on every run.
+fn save_snapshot_when_it_changed(ctx: &RunContext, snapshot: &NodeSnapshot) {
+    let same = |old: &NodeSnapshot| {
+        old.topology == snapshot.topology
+            && old.driver_version == snapshot.driver_version
+            && old.nvml_error == snapshot.nvml_error
+            && old.gpus.len() == snapshot.gpus.len()
+            && old.gpus.iter().zip(&snapshot.gpus).all(|(a, b)| {
+                (a.index, &a.uuid, &a.pci_bus_id, a.lost)
+                    == (b.index, &b.uuid, &b.pci_bus_id, b.lost)
+            })
+    };
+    if ctx
+        .state
+        .load::<NodeSnapshot>(())
+        .ok()
+        .flatten()
+        .is_some_and(|old| same(&old))
+    {
+        return;
+    }
+    if let Err(e) = ctx.state.save((), snapshot) {
+        log::error!("cannot save the node snapshot: {e}");
     }
 }

@@ -1,18 +1,15 @@
-//! Operations: what keeps gpu-health safe to run on a whole cluster.
+//! Operations: what keeps gpu-health safe to run on a whole cluster, and
+//! the machinery of acting (the checks are in `checks`).
 //!
 //! - [`brake`]: never drain more than a share of a partition at once;
 //! - [`drain`]: drains through the brake; resumes only of gpu-health's own
 //!   drains (what they are for is the fault ledger's, `ledger`);
 //! - [`recovery`]: whether the node is clean now (a drained node's return);
-//! - [`dcgm`]: the deeper `dcgmi diag` tier;
-//! - [`rdma_ports`]: InfiniBand/RoCE ports the node must have up.
 //!
 //! Their settings are sections of the configuration (`config::BrakeConfig`
 //! and the others); the runs that use them live in `run`. Admin-facing
 //! description: docs/operations.md.
 
 pub mod brake;
-pub mod dcgm;
 pub mod drain;
-pub mod rdma_ports;
 pub mod recovery;

@@ -8,9 +8,9 @@
 //! with an empty ledger calls no Slurm command; a node with open faults
 //! looks at its own line (to learn whether its drain still stands).
 
+use crate::checks::dcgm;
 use crate::finding::Finding;
 use crate::ledger::{Plan, ReturnDecision};
-use crate::ops::dcgm;
 use crate::ops::drain::resume_own;
 use crate::ops::recovery;
 use crate::probe::ProbeOptions;
@@ -75,7 +75,7 @@ pub fn run(ctx: &RunContext) -> HealthReport {
         topology: true,
         accounting_processes: false,
     };
-    let snapshot = node_check::probe(ctx, opts, None);
+    let probed = node_check::probe(ctx, opts, None, None);
     let mut turn = match Turn::take(ctx) {
         Ok(t) => t,
         Err(busy) => {
@@ -89,7 +89,7 @@ pub fn run(ctx: &RunContext) -> HealthReport {
         }
     };
     let lost = turn.loaded.unreadable.clone();
-    let mut check = node_check::judge(ctx, snapshot, None, lost.is_some());
+    let mut check = node_check::judge(ctx, probed, None, None, lost.is_some());
     if let Some(why) = lost {
         check.findings.push(ledger_lost(why));
     }
@@ -111,7 +111,7 @@ pub fn run(ctx: &RunContext) -> HealthReport {
         _ => Next::Done(HealthAction::Nothing),
     };
     let saved = turn.commit();
-    node_check::commit(ctx, &mut check, ctx.config_ok() && saved);
+    node_check::commit(ctx, &check, None, ctx.config_ok() && saved);
     side_work(ctx, &check);
     drop(turn);
     let action = match next {

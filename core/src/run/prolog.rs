@@ -6,12 +6,12 @@
 //! The healthy path calls no Slurm command: one NVML probe, the checks,
 //! the kernel-log scan, a few state files, the node's run lock.
 
+use crate::checks::JobContext;
 use crate::finding::{Action, Finding};
 use crate::ledger::Ledger;
-use crate::ops::dcgm;
 use crate::probe::{self, ProbeOptions};
 use crate::records::{self, JobStart};
-use crate::verdict::{self, JobVerdict, Mode};
+use crate::verdict::{self, JobVerdict};
 
 use super::act::{self, Turn};
 use super::node_check::{self, NodeCheck};
@@ -25,7 +25,7 @@ pub fn run(ctx: &RunContext, job: &JobEnv) -> i32 {
     for n in &job.notes {
         log::warn!("{n}");
     }
-    let cfg = ctx.config();
+
     let opts = ProbeOptions {
         enable_accounting: true,
         topology: true,
@@ -37,33 +37,26 @@ pub fn run(ctx: &RunContext, job: &JobEnv) -> i32 {
         .job_id
         .filter(|j| probe::seen_from_job(j.get()))
         .map(|_| job.job_gpus.len());
-    let snapshot = node_check::probe(ctx, opts, job_view);
-    let mut extra = Vec::new();
-    if job.mode == Mode::Strict && cfg.dcgm.strict_jobs {
-        let outcome = dcgm::run_diag(&cfg.dcgm, &job.job_gpus);
-        log::info!("strict job: {}", outcome.describe());
-        extra = outcome.findings();
-    }
+    let on = JobContext {
+        gpus: job.job_gpus.clone(),
+        mode: job.mode,
+    };
+    // The checks' slow probes (a strict job's DCGM diagnostic) too.
+    let probed = node_check::probe(ctx, opts, job_view, Some(&on));
     flush_spool(ctx);
     let mut turn = match Turn::take(ctx) {
         Ok(t) => t,
-        Err(busy) => return without_turn(ctx, job, snapshot, job_view, extra, &busy),
+        Err(busy) => return without_turn(ctx, job, &on, probed, job_view, &busy),
     };
     let lost = turn.loaded.unreadable.clone();
-    let mut check = node_check::judge(ctx, snapshot, job_view, lost.is_some());
-    check.findings.extend(crate::checks::leftovers(
-        &check.snapshot,
-        &job.job_gpus,
-        &cfg.thresholds,
-    ));
-    check.findings.extend(extra);
+    let mut check = node_check::judge(ctx, probed, job_view, Some(&on), lost.is_some());
     if let Some(why) = lost {
         check.findings.push(ledger_lost(why));
     }
     log_findings(&check.findings);
     let outcome = act::act(&mut turn, &check.findings, &act::node_run_view(ctx));
     let saved = turn.commit();
-    node_check::commit(ctx, &mut check, ctx.config_ok() && saved);
+    node_check::commit(ctx, &check, Some(&on), ctx.config_ok() && saved);
     let keep_off = act::keeps_job_off(&outcome);
     let mut told = check.findings.clone();
     told.extend(open_faults(turn.ledger(), &check.findings));
@@ -101,19 +94,13 @@ pub fn run(ctx: &RunContext, job: &JobEnv) -> i32 {
 fn without_turn(
     ctx: &RunContext,
     job: &JobEnv,
-    snapshot: crate::snapshot::NodeSnapshot,
+    on: &JobContext,
+    probed: node_check::Probed,
     job_view: Option<usize>,
-    extra: Vec<Finding>,
     busy: &act::Busy,
 ) -> i32 {
     log::warn!("{}", act::busy_note(&ctx.node, busy));
-    let mut check = node_check::judge(ctx, snapshot, job_view, false);
-    check.findings.extend(crate::checks::leftovers(
-        &check.snapshot,
-        &job.job_gpus,
-        &ctx.config().thresholds,
-    ));
-    check.findings.extend(extra);
+    let check = node_check::judge(ctx, probed, job_view, Some(on), false);
     log_findings(&check.findings);
     let ledger = act::peek(ctx).unwrap_or_else(|| Ledger::new(ctx.node.as_str()));
     // The run in its turn drains (or holds back) for these; this one
@@ -191,7 +178,7 @@ fn save_job_start(ctx: &RunContext, job: &JobEnv, check: &NodeCheck) {
         &ctx.node,
         &job.job_gpus,
         &check.snapshot,
-        check.xid.cursor(),
+        check.kernel_log_cursor().as_ref(),
         ctx.now_ms,
     );
     if let Err(e) = ctx.state.save(job_id, &start) {

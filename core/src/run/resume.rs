@@ -8,10 +8,11 @@
 //! next run acts on. `--forget-pending` is the admin saying they were
 //! looked at.
 
+use crate::checks::dcgm;
 use crate::finding::is_own_reason;
 use crate::ids::NodeName;
 use crate::ops::drain::resume_own;
-use crate::ops::{dcgm, recovery};
+use crate::ops::recovery;
 use crate::probe::ProbeOptions;
 use crate::text::printable;
 

@@ -77,5 +77,5 @@ pub use log_read::{LogRead, MAX_EVENTS};
 pub use parse::{parse_line, Origin, Payload, Record};
 pub use policy::{recovery_action, Decision, Policy};
 pub use read::{read_since, read_source, LogSource, XidError};
-pub use scan::{scan, scan_source, ScanOutcome};
+pub use scan::{judge_new, read_new, scan, scan_source, NewRecords, ScanOutcome};
 pub use stamp::{Stamp, TimeContext};

@@ -51,15 +51,40 @@ pub fn scan(
     scan_source(LogSource::Path(kernel_log), state, cfg, snapshot, now_ms)
 }
 
-/// [`scan`] for any [`LogSource`].
+/// [`scan`] for any [`LogSource`]: [`read_new`], then [`judge_new`].
 pub fn scan_source(
     source: LogSource<'_>,
-    mut state: XidState,
+    state: XidState,
     cfg: &XidConfig,
     snapshot: &NodeSnapshot,
     now_ms: u64,
 ) -> ScanOutcome {
-    let mut notes: Vec<String> = Vec::new();
+    let new = read_new(source, &state, cfg, snapshot, now_ms);
+    judge_new(&new, state, cfg, now_ms)
+}
+
+/// What a scan read: the events after the cursor (after the first run's
+/// look-back), and where the read ended. The I/O half of a scan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRecords {
+    pub events: Vec<XidEvent>,
+    /// Where the read ended (`None`: where it began).
+    pub cursor: Option<Cursor>,
+    /// Why the log could not be read, when it could not.
+    pub unreadable: Option<String>,
+    pub notes: Vec<String>,
+    pub skipped_old: usize,
+    pub lost_records: u64,
+}
+
+/// Read what is new in `source` since `state`'s cursor. Never fails.
+pub fn read_new(
+    source: LogSource<'_>,
+    state: &XidState,
+    cfg: &XidConfig,
+    snapshot: &NodeSnapshot,
+    now_ms: u64,
+) -> NewRecords {
     // One policy for the read's storm fold and for the judging.
     let policy = Policy::from_config(cfg);
     let read = match read_with_policy(
@@ -75,20 +100,17 @@ pub fn scan_source(
             let message =
                 format!("kernel log unreadable: {e}; Xids are not being checked on this node");
             log::warn!("{message}");
-            notes.push(message.clone());
-            let finding =
-                Finding::node("xid", Action::Warn, "kernel log unreadable".into(), message);
-            return ScanOutcome {
+            return NewRecords {
                 events: Vec::new(),
-                findings: vec![finding],
-                state,
-                notes,
+                cursor: None,
+                unreadable: Some(message.clone()),
+                notes: vec![message],
                 skipped_old: 0,
                 lost_records: 0,
             };
         }
     };
-    notes.extend(read.notes);
+    let mut notes = read.notes;
     let mut events = read.events;
     let mut skipped_old = 0;
     if state.cursor.is_none() {
@@ -103,8 +125,44 @@ pub fn scan_source(
             ));
         }
     }
+    NewRecords {
+        events,
+        cursor: read.cursor,
+        unreadable: None,
+        notes,
+        skipped_old,
+        lost_records: read.lost_records,
+    }
+}
+
+/// Pure: the findings of what was read, by the policy, with the repeat
+/// rules counted in `state`'s history; and the state to save once the
+/// run has acted on them.
+pub fn judge_new(
+    new: &NewRecords,
+    mut state: XidState,
+    cfg: &XidConfig,
+    now_ms: u64,
+) -> ScanOutcome {
+    if let Some(message) = &new.unreadable {
+        let finding = Finding::node(
+            "xid",
+            Action::Warn,
+            "kernel log unreadable".into(),
+            message.clone(),
+        );
+        return ScanOutcome {
+            events: Vec::new(),
+            findings: vec![finding],
+            state,
+            notes: new.notes.clone(),
+            skipped_old: 0,
+            lost_records: 0,
+        };
+    }
+    let policy = Policy::from_config(cfg);
     let findings = judge(
-        &events,
+        &new.events,
         &policy,
         &mut state.history,
         now_ms,
@@ -118,16 +176,16 @@ pub fn scan_source(
         .unwrap_or(60)
         .max(60);
     state.history.prune(now_ms, longest_window * 60_000);
-    if read.cursor.is_some() {
-        state.cursor = read.cursor;
+    if new.cursor.is_some() {
+        state.cursor = new.cursor.clone();
     }
     ScanOutcome {
-        events,
+        events: new.events.clone(),
         findings,
         state,
-        notes,
-        skipped_old,
-        lost_records: read.lost_records,
+        notes: new.notes.clone(),
+        skipped_old: new.skipped_old,
+        lost_records: new.lost_records,
     }
 }
 

@@ -2,9 +2,54 @@
 //! LinkUp at its expected rate. A multi-node job on a node with a dead
 //! rail hangs in NCCL, so a port down or below rate is a finding.
 
+use super::{Check, CheckInput, Evidence, Io, Place};
 use crate::config::{parse_port_name, PortAction, RdmaConfig};
 use crate::fabric::{Fabric, RdmaPort};
 use crate::finding::{Action, Finding};
+
+pub struct RdmaPorts;
+
+/// The node's RDMA ports as sysfs shows them, or why they cannot be read.
+pub struct Ports(pub Result<Fabric, String>);
+
+impl Check for RdmaPorts {
+    fn name(&self) -> &'static str {
+        "rdma-ports"
+    }
+    fn section(&self) -> Option<&'static str> {
+        Some("rdma")
+    }
+    fn place(&self) -> Place {
+        Place::Ports
+    }
+    fn gather(&self, io: &Io<'_>, evidence: &mut Evidence) {
+        if !io.config.rdma.is_active() {
+            return;
+        }
+        let read = crate::fabric::read_fabric(&io.config.sysfs_root).map_err(|e| e.to_string());
+        evidence.insert(Ports(read));
+    }
+    fn judge(&self, input: &CheckInput<'_>) -> Vec<Finding> {
+        match input.evidence.get::<Ports>() {
+            Some(Ports(Ok(fabric))) => check_ports(&input.config.rdma, fabric),
+            Some(Ports(Err(e))) => vec![unreadable(e)],
+            None => Vec::new(),
+        }
+    }
+    fn doc(&self) -> &'static str {
+        "| `rdma-ports` | per `[rdma] action` (warn by default) | a port the configuration expects is not ACTIVE/LinkUp, or below `expected_rate_gbps`, or missing |\n\
+         | `rdma-ports` | warn | the RDMA ports cannot be read |"
+    }
+}
+
+fn unreadable(e: &str) -> Finding {
+    Finding::node(
+        "rdma-ports",
+        Action::Warn,
+        "RDMA ports unreadable".into(),
+        format!("cannot read the RDMA ports: {e}"),
+    )
+}
 
 /// Why a port is not usable, or `None` when it is.
 fn port_problem(p: &RdmaPort, min_rate: Option<f64>) -> Option<String> {
@@ -102,12 +147,7 @@ pub fn check_node_ports(cfg: &RdmaConfig, sysfs_root: &std::path::Path) -> Vec<F
     }
     match crate::fabric::read_fabric(sysfs_root) {
         Ok(f) => check_ports(cfg, &f),
-        Err(e) => vec![Finding::node(
-            "rdma-ports",
-            Action::Warn,
-            "RDMA ports unreadable".into(),
-            format!("cannot read the RDMA ports: {e}"),
-        )],
+        Err(e) => vec![unreadable(&e.to_string())],
     }
 }
 

@@ -20,6 +20,9 @@ use crate::config::DcgmConfig;
 use crate::finding::{Action, Finding};
 use crate::process::{self, RunError};
 
+mod check;
+pub use check::{Dcgm, Diag};
+
 /// Where dcgmi may be besides PATH (HealthCheckProgram runs without PATH).
 const SYSTEM_DIRS: &[&str] = &["/usr/bin", "/usr/sbin", "/usr/local/bin", "/bin", "/sbin"];
 

@@ -1,9 +1,33 @@
-//! Checks of the job's GPUs at job start (the Prolog only: at any other
+//! Leftovers: the job's GPUs at job start (the Prolog only: at any other
 //! time processes on a GPU are simply the running jobs').
 
+use super::{Check, CheckInput, Place};
 use crate::config::Thresholds;
 use crate::finding::{Action, Finding};
 use crate::snapshot::NodeSnapshot;
+
+pub struct Leftovers;
+
+impl Check for Leftovers {
+    fn name(&self) -> &'static str {
+        "leftovers"
+    }
+    fn section(&self) -> Option<&'static str> {
+        Some("thresholds")
+    }
+    fn place(&self) -> Place {
+        Place::Job
+    }
+    fn judge(&self, input: &CheckInput<'_>) -> Vec<Finding> {
+        match input.job {
+            Some(job) => leftovers(input.snapshot, &job.gpus, &input.config.thresholds),
+            None => Vec::new(),
+        }
+    }
+    fn doc(&self) -> &'static str {
+        "| `leftovers` | warn | at job start a job's GPU has a compute process on it, or more than `thresholds.leftover_memory_mib` in use (an earlier job's stray process) |"
+    }
+}
 
 /// Leftovers: compute processes still on the job's GPUs, or memory in use
 /// above `thresholds.leftover_memory_mib`, when the job starts. An earlier

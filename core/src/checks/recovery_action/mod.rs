@@ -1,0 +1,54 @@
+//! NVML's persistent recovery action (R550+ drivers).
+
+use super::label::{answering, label, on_gpu};
+use super::{Check, CheckInput};
+use crate::finding::{Action, Finding};
+use crate::snapshot::GpuSnapshot;
+
+pub struct RecoveryAction;
+
+impl Check for RecoveryAction {
+    fn name(&self) -> &'static str {
+        "recovery-action"
+    }
+    fn judge(&self, input: &CheckInput<'_>) -> Vec<Finding> {
+        let mut out = Vec::new();
+        for g in answering(input.snapshot) {
+            recovery_action(g, &mut out);
+        }
+        out
+    }
+    fn doc(&self) -> &'static str {
+        "| `recovery-action` | drain | NVML's persistent recovery action asks for a GPU reset, node reboot, P2P drain, ... (as an Xid 154 would) |"
+    }
+}
+
+/// NVML's persistent recovery action: the same nvmlDeviceGpuRecoveryAction_t
+/// an Xid 154 announces, read even when that record was missed. Every
+/// action but none needs a reset or a reboot: drain.
+fn recovery_action(g: &GpuSnapshot, out: &mut Vec<Finding>) {
+    let Some(a) = g.recovery_action.filter(|a| *a != 0) else {
+        return;
+    };
+    let what = match a {
+        1 => "GPU reset",
+        2 => "node reboot",
+        3 => "drain P2P",
+        4 => "drain P2P and reset",
+        5 => "recover the IMEX domain",
+        6 => "bus reset",
+        7 => "system reboot",
+        _ => "an unknown action",
+    };
+    let l = label(g);
+    out.push(on_gpu(
+        g,
+        "recovery-action",
+        Action::Drain,
+        format!("recovery action {l}: {what}"),
+        format!("{l}: the driver requires a recovery action ({a}: {what}) before the GPU can be trusted again"),
+    ));
+}
+
+#[cfg(test)]
+mod tests;

@@ -8,43 +8,27 @@
 //! records back with [`read_records`] or, summed per job and filtered,
 //! [`read_jobs`]. Formats: docs/records.md.
 
-mod compute;
-mod job_power;
 mod near_oom;
-pub mod power;
-mod prometheus;
-mod read;
-mod read_energy;
 mod record;
-mod start;
-mod store;
-mod summary;
+pub mod report;
+pub mod write;
 
-pub use compute::{
-    build_record, counter_delta, delta_findings, describe_nvml_failure, during_job, energy_j,
-    mean_power_w, peak_memory, peak_power, JobEnd, JobMeta, NO_START,
-};
-pub use job_power::{sample_running_jobs, GpuPeak, PowerPeaks, TotalPeak, PEAKS_VERSION};
 pub use near_oom::{
     flag_near_oom, is_near_oom, near_oom_since, step_notice, NearOomGpu, REMEDIES, REMEDIES_SHORT,
 };
-pub use prometheus::{
-    refresh_live as refresh_prometheus_live, render as render_prometheus,
-    render_with as render_prometheus_with, update as update_prometheus, LivePower, RECENT_JOBS,
-};
-pub use read::{
-    read_jobs, read_records, read_records_filtered, ReadJobs, ReadRecords, MAX_LINE_BYTES,
-};
-pub use read_energy::{read_energies, ReadEnergies};
 pub use record::{GpuRecord, JobRecord, RECORD_VERSION};
-pub use start::{nvlink_error_total, GpuCounters, JobStart, START_VERSION};
-pub use store::{flush_pending, store_line, Stored};
-pub use summary::{
-    memory_pct, summarize, summarize_filtered, GpuSink, JobSummary, PreparedRecord, ReportFilter,
-    Summarizer, SummaryGpu,
+pub use report::{
+    memory_pct, power, read_energies, read_jobs, read_records, read_records_filtered, summarize,
+    summarize_filtered, GpuSink, JobSummary, PreparedRecord, ReadEnergies, ReadJobs, ReadRecords,
+    ReportFilter, Summarizer, SummaryGpu, MAX_LINE_BYTES,
+};
+pub use write::{
+    build_record, counter_delta, delta_findings, describe_nvml_failure, during_job, energy_j,
+    flush_pending, mean_power_w, nvlink_error_total, peak_memory, peak_power,
+    refresh_prometheus_live, render_prometheus, render_prometheus_with, sample_running_jobs,
+    store_line, update_prometheus, GpuCounters, GpuPeak, JobEnd, JobMeta, JobStart, LivePower,
+    PowerPeaks, Stored, TotalPeak, NO_START, PEAKS_VERSION, RECENT_JOBS, START_VERSION,
 };
 
-#[cfg(test)]
-mod report_tests;
 #[cfg(test)]
 mod tests;

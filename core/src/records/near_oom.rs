@@ -5,9 +5,9 @@
 
 use crate::snapshot::NodeSnapshot;
 
-use super::compute::peak_memory;
 use super::record::JobRecord;
-use super::summary::memory_pct;
+use super::report::memory_pct;
+use super::write::peak_memory;
 
 /// What to try, in the order that costs the least.
 pub const REMEDIES: &[&str] = &[

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::record::JobRecord;
+use crate::records::record::JobRecord;
 use crate::snapshot::NodeSnapshot;
 use crate::state::{self, StateDir, StateError, StateFile};
 
@@ -125,7 +125,7 @@ fn esc(v: &str) -> String {
 struct Family {
     name: &'static str,
     help: &'static str,
-    value: fn(&super::record::GpuRecord) -> Option<f64>,
+    value: fn(&crate::records::record::GpuRecord) -> Option<f64>,
 }
 
 const GPU_FAMILIES: &[Family] = &[

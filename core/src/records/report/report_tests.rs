@@ -1,7 +1,8 @@
 //! The report's reading, grouping and filtering of records.
 
+use super::read;
 use super::*;
-use crate::records::read;
+use crate::records::{GpuRecord, JobRecord, RECORD_VERSION};
 use crate::state::RECORDS_FILE as JOBS_FILE;
 
 /// A one-node record of `job` for the report tests.

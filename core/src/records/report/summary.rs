@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
-use super::record::{GpuRecord, JobRecord};
+use crate::records::record::{GpuRecord, JobRecord};
 
 /// One job, all its nodes' records together. `G` is what is kept of its
 /// GPUs (see [`GpuSink`]); the job's figures are summed over them either

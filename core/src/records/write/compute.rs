@@ -6,8 +6,8 @@ use crate::ids::{JobId, NodeName};
 use crate::snapshot::{AccountedProcess, GpuSnapshot, NodeSnapshot, NvmlFailure};
 
 use super::job_power::{GpuPeak, PowerPeaks};
-use super::record::{GpuRecord, JobRecord, RECORD_VERSION};
 use super::start::{nvlink_error_total, GpuCounters, JobStart};
+use crate::records::record::{GpuRecord, JobRecord, RECORD_VERSION};
 use crate::xid::XidEvent;
 
 /// Who ran the job (from the Epilog environment).

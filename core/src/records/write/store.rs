@@ -8,10 +8,6 @@ use std::path::Path;
 use crate::ids::JobId;
 use crate::state::{RecordsDir, StateDir, StateError, StateFile};
 
-/// The records file inside the records directory (named by the state
-/// module, which owns every file gpu-health writes).
-pub use crate::state::RECORDS_FILE as JOBS_FILE;
-
 /// Where a record ended up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stored {

@@ -15,9 +15,9 @@ use std::sync::{mpsc, Mutex};
 
 use memchr::memmem;
 
-use super::record::JobRecord;
-use super::store::JOBS_FILE;
 use super::summary::{GpuSink, JobSummary, ReportFilter, Summarizer, SummaryGpu};
+use crate::records::record::JobRecord;
+use crate::state::RECORDS_FILE as JOBS_FILE;
 
 /// Longest line taken as a record; longer ones count as malformed. An
 /// 8-GPU record is a few KiB.
@@ -41,7 +41,7 @@ pub struct ReadRecords {
 /// Jobs summed from the records, and how many lines were not records.
 #[derive(Debug)]
 pub struct ReadJobs<G = Vec<SummaryGpu>> {
-    /// Ordered by the jobs' last end, as [`super::summarize`] orders them.
+    /// Ordered by the jobs' last end, as [`crate::records::summarize`] orders them.
     pub jobs: Vec<JobSummary<G>>,
     /// As [`ReadRecords::malformed`].
     pub malformed: usize,

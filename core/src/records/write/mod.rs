@@ -1,0 +1,21 @@
+//! What the prolog and the epilog write: the job's start counters, the
+//! record's figures (pure), the records file or its spool, the sampled
+//! power peaks, the Prometheus textfile.
+
+mod compute;
+mod job_power;
+mod prometheus;
+mod start;
+mod store;
+
+pub use compute::{
+    build_record, counter_delta, delta_findings, describe_nvml_failure, during_job, energy_j,
+    mean_power_w, peak_memory, peak_power, JobEnd, JobMeta, NO_START,
+};
+pub use job_power::{sample_running_jobs, GpuPeak, PowerPeaks, TotalPeak, PEAKS_VERSION};
+pub use prometheus::{
+    refresh_live as refresh_prometheus_live, render as render_prometheus,
+    render_with as render_prometheus_with, update as update_prometheus, LivePower, RECENT_JOBS,
+};
+pub use start::{nvlink_error_total, GpuCounters, JobStart, START_VERSION};
+pub use store::{flush_pending, store_line, Stored};

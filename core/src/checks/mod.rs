@@ -107,6 +107,8 @@ pub struct Io<'a> {
     pub from_lookback: bool,
     /// The NVML snapshot of this run (a source may be tied to its GPUs).
     pub snapshot: &'a NodeSnapshot,
+    /// The run's `PATH`, for programs named without a directory.
+    pub search_path: &'a [std::path::PathBuf],
 }
 
 /// Everything a judge may read.

@@ -185,7 +185,7 @@ fn resume_now(turn: &mut Turn<'_>) -> HealthAction {
 /// what DCGM found) is made in a new turn, after the ledger was read
 /// again.
 fn confirm_with_dcgm(ctx: &RunContext, check: &NodeCheck) -> HealthAction {
-    let outcome = dcgm::run_diag(&ctx.config().dcgm, &[]);
+    let outcome = dcgm::run_diag(&ctx.config().dcgm, &ctx.search_path, &[]);
     log::info!("before returning {}: {}", ctx.node, outcome.describe());
     let found = outcome.findings();
     let mut turn = match Turn::take(ctx) {

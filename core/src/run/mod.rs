@@ -53,6 +53,9 @@ pub struct RunContext {
     /// (the configured program, with the run's budget); the fault
     /// ledger's model test gives a model of slurmctld.
     pub slurm: Option<std::sync::Arc<dyn crate::ops::drain::SlurmCalls + Send + Sync>>,
+    /// The directories of the run's `PATH` (programs named without one,
+    /// such as `dcgmi`, are looked for there).
+    pub search_path: Vec<std::path::PathBuf>,
 }
 
 impl RunContext {
@@ -95,6 +98,9 @@ impl RunContext {
             state,
             now_ms,
             slurm: None,
+            search_path: env("PATH")
+                .map(|p| std::env::split_paths(&p).collect())
+                .unwrap_or_default(),
         }
     }
 

@@ -114,6 +114,7 @@ fn io<'a>(
         job,
         from_lookback,
         snapshot,
+        search_path: &ctx.search_path,
     }
 }
 

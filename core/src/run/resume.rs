@@ -143,7 +143,7 @@ fn checks_now(ctx: &RunContext) -> Vec<String> {
     };
     let mut check = node_check::check_node(ctx, opts);
     if ctx.config().dcgm.before_return {
-        let outcome = dcgm::run_diag(&ctx.config().dcgm, &[]);
+        let outcome = dcgm::run_diag(&ctx.config().dcgm, &ctx.search_path, &[]);
         log::warn!("{}", outcome.describe());
         check.findings.extend(outcome.findings());
     }

@@ -27,15 +27,18 @@ pub use check::{Dcgm, Diag};
 const SYSTEM_DIRS: &[&str] = &["/usr/bin", "/usr/sbin", "/usr/local/bin", "/bin", "/sbin"];
 
 /// The dcgmi to run, or `None` when it is not installed (or disabled).
-pub fn resolve(cfg: &DcgmConfig) -> Option<PathBuf> {
+/// A bare name is looked for in `search_path` (the run's `PATH`), then in
+/// the system's directories.
+pub fn resolve(cfg: &DcgmConfig, search_path: &[PathBuf]) -> Option<PathBuf> {
     if !cfg.enabled {
         return None;
     }
     if cfg.dcgmi.components().count() > 1 {
         return is_executable(&cfg.dcgmi).then(|| cfg.dcgmi.clone());
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
+    search_path
+        .iter()
+        .cloned()
         .chain(SYSTEM_DIRS.iter().map(PathBuf::from))
         .filter(|d| d.is_absolute())
         .map(|d| d.join(&cfg.dcgmi))
@@ -101,8 +104,8 @@ impl DcgmOutcome {
 }
 
 /// Run the diag on `gpus` (all GPUs when empty).
-pub fn run_diag(cfg: &DcgmConfig, gpus: &[u32]) -> DcgmOutcome {
-    let Some(dcgmi) = resolve(cfg) else {
+pub fn run_diag(cfg: &DcgmConfig, search_path: &[PathBuf], gpus: &[u32]) -> DcgmOutcome {
+    let Some(dcgmi) = resolve(cfg, search_path) else {
         return DcgmOutcome::NotInstalled;
     };
     let level = cfg.level.to_string();

@@ -94,12 +94,12 @@ fn busy_and_missing_host_engine_are_not_faults() {
 #[test]
 fn runs_the_standin_with_the_gpu_list() {
     let (d, cfg) = standin("fail");
-    let o = run_diag(&cfg, &[1, 3]);
+    let o = run_diag(&cfg, &[], &[1, 3]);
     assert!(matches!(o, DcgmOutcome::Failed(_)), "{o:?}");
     let args = std::fs::read_to_string(d.path().join("last-args")).unwrap();
     assert_eq!(args.trim(), "diag -r 1 -j -i 1,3");
     std::fs::write(d.path().join("mode"), "pass").unwrap();
-    assert_eq!(run_diag(&cfg, &[]), DcgmOutcome::Passed { tests: 9 });
+    assert_eq!(run_diag(&cfg, &[], &[]), DcgmOutcome::Passed { tests: 9 });
     let args = std::fs::read_to_string(d.path().join("last-args")).unwrap();
     assert_eq!(args.trim(), "diag -r 1 -j");
 }
@@ -108,7 +108,7 @@ fn runs_the_standin_with_the_gpu_list() {
 fn hang_is_killed_at_the_deadline() {
     let (_d, cfg) = standin("hang");
     let t0 = Instant::now();
-    let o = run_diag(&cfg, &[0]);
+    let o = run_diag(&cfg, &[], &[0]);
     let took = t0.elapsed();
     assert!(
         matches!(
@@ -130,13 +130,13 @@ fn missing_or_disabled_dcgmi_is_not_installed() {
         dcgmi: PathBuf::from("/nonexistent/dcgmi"),
         ..DcgmConfig::default()
     };
-    assert_eq!(run_diag(&cfg, &[]), DcgmOutcome::NotInstalled);
+    assert_eq!(run_diag(&cfg, &[], &[]), DcgmOutcome::NotInstalled);
     let (_d, mut cfg) = standin("pass");
     cfg.enabled = false;
-    assert_eq!(run_diag(&cfg, &[]), DcgmOutcome::NotInstalled);
+    assert_eq!(run_diag(&cfg, &[], &[]), DcgmOutcome::NotInstalled);
     let by_name = DcgmConfig {
         dcgmi: PathBuf::from("surely-not-a-dcgmi-binary"),
         ..DcgmConfig::default()
     };
-    assert_eq!(resolve(&by_name), None);
+    assert_eq!(resolve(&by_name, &[]), None);
 }

@@ -52,17 +52,20 @@ pub fn update(
     record: &JobRecord,
     live: Option<&LivePower>,
 ) -> Result<(), StateError> {
-    // Locked: concurrent epilogs read, change and write the same list.
-    let recent = state.update((), |r: Option<Vec<JobRecord>>| {
+    // Locked: concurrent epilogs read, change and write the same list,
+    // and the textfile is written under the same lock, so that the last
+    // one written holds every job (not an older list of a slower epilog).
+    state.update((), |r: Option<Vec<JobRecord>>| {
         let mut recent = r.unwrap_or_default();
         recent.retain(|r| r.job_id != record.job_id);
         recent.push(record.clone());
         if recent.len() > RECENT_JOBS {
             recent.drain(..recent.len() - RECENT_JOBS);
         }
-        (Some(recent.clone()), recent)
-    })?;
-    state::write_file_atomic(textfile, render_with(&recent, live).as_bytes(), 0o644)
+        let written =
+            state::write_file_atomic(textfile, render_with(&recent, live).as_bytes(), 0o644);
+        (Some(recent), written)
+    })?
 }
 
 /// The latest job records of the node, for the textfile.

@@ -30,6 +30,30 @@ pub struct NodeSnapshot {
     pub topology: Option<Vec<Vec<GpuLink>>>,
 }
 
+/// What the SPANK plugin needs of the node's GPUs at step launch: which
+/// GPUs there are and how they reach each other. Small, and rewritten only
+/// when it changes (`StateFile::NodeTopology`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeTopology {
+    /// (NVML index, UUID, PCI bus id) of each GPU.
+    pub gpus: Vec<(u32, Option<String>, Option<String>)>,
+    /// GPU-to-GPU links; `links[i][j]` for NVML indices i, j.
+    pub links: Option<Vec<Vec<GpuLink>>>,
+}
+
+impl NodeTopology {
+    pub fn of(s: &NodeSnapshot) -> NodeTopology {
+        NodeTopology {
+            gpus: s
+                .gpus
+                .iter()
+                .map(|g| (g.index, g.uuid.clone(), g.pci_bus_id.clone()))
+                .collect(),
+            links: s.topology.clone(),
+        }
+    }
+}
+
 /// Why NVML gave us nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

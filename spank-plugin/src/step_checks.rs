@@ -5,7 +5,7 @@
 use gpu_health_core::finding::Action;
 use gpu_health_core::ids::JobId;
 use gpu_health_core::run::step_end::split_claim;
-use gpu_health_core::snapshot::{GpuLink, NodeSnapshot};
+use gpu_health_core::snapshot::{GpuLink, NodeTopology};
 use gpu_health_core::state::StateDir;
 use gpu_health_core::topology::TpViolation;
 use gpu_health_core::verdict::{job_findings, JobVerdict, Mode};
@@ -38,9 +38,9 @@ pub fn read_verdict(state: &StateDir, job_id: JobId) -> VerdictRead {
     }
 }
 
-/// The GPU link matrix of the latest node snapshot, if any.
+/// The GPU link matrix the prolog and health check last saw, if any.
 pub fn read_topology(state: &StateDir) -> Option<Vec<Vec<GpuLink>>> {
-    state.load::<NodeSnapshot>(()).ok()??.topology
+    state.load::<NodeTopology>(()).ok()??.links
 }
 
 /// Messages for the user: refusals stop the step, warnings do not.

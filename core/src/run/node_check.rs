@@ -10,7 +10,8 @@ use std::time::Duration;
 use crate::checks::{self, xid::Scanned, CheckInput, Evidence, Io, JobContext};
 use crate::finding::Finding;
 use crate::probe::{self, ProbeOptions};
-use crate::snapshot::NodeSnapshot;
+use crate::snapshot::{NodeSnapshot, NodeTopology};
+use crate::state::StateFile;
 use crate::xid::Cursor;
 
 use super::RunContext;
@@ -136,30 +137,35 @@ pub fn commit(ctx: &RunContext, check: &NodeCheck, job: Option<&JobContext>, han
     checks::commit_all(&io(ctx, &check.snapshot, job, false), &input, handled);
 }
 
-/// The snapshot's readers (the SPANK plugin) need its GPUs and their
-/// topology: the file is rewritten when those changed (or it is missing or
-/// unreadable), not on every run.
+/// The SPANK plugin needs the node's GPUs and their links
+/// (`StateFile::NodeTopology`): compared as bytes with what is saved, and
+/// rewritten, with the full snapshot beside it, only when they changed
+/// (the healthy path parses and writes neither).
 fn save_snapshot_when_it_changed(ctx: &RunContext, snapshot: &NodeSnapshot) {
-    let same = |old: &NodeSnapshot| {
-        old.topology == snapshot.topology
-            && old.driver_version == snapshot.driver_version
-            && old.nvml_error == snapshot.nvml_error
-            && old.gpus.len() == snapshot.gpus.len()
-            && old.gpus.iter().zip(&snapshot.gpus).all(|(a, b)| {
-                (a.index, &a.uuid, &a.pci_bus_id, a.lost)
-                    == (b.index, &b.uuid, &b.pci_bus_id, b.lost)
-            })
+    let topology = match serde_json::to_vec(&NodeTopology::of(snapshot)) {
+        Ok(b) => b,
+        Err(e) => {
+            log::error!("cannot write the node topology: {e}");
+            return;
+        }
     };
-    if ctx
-        .state
-        .load::<NodeSnapshot>(())
-        .ok()
-        .flatten()
-        .is_some_and(|old| same(&old))
-    {
+    let saved = ctx.state.load_bytes(StateFile::NodeTopology).ok().flatten();
+    // The full snapshot must still be whole JSON (a cut file is rewritten):
+    // checked without building it.
+    let snapshot_whole = || {
+        ctx.state
+            .load_bytes(StateFile::NodeSnapshot)
+            .ok()
+            .flatten()
+            .is_some_and(|b| serde_json::from_slice::<serde::de::IgnoredAny>(&b).is_ok())
+    };
+    if saved.as_deref() == Some(topology.as_slice()) && snapshot_whole() {
         return;
     }
     if let Err(e) = ctx.state.save((), snapshot) {
         log::error!("cannot save the node snapshot: {e}");
+    }
+    if let Err(e) = ctx.state.save_bytes(StateFile::NodeTopology, &topology) {
+        log::error!("cannot save the node topology: {e}");
     }
 }

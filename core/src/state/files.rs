@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::ids::JobId;
-use crate::snapshot::NodeSnapshot;
+use crate::snapshot::{NodeSnapshot, NodeTopology};
 use crate::verdict::JobVerdict;
 
 /// A value kept in a state file. The type decides the file, so no caller
@@ -23,6 +23,13 @@ impl StateValue for NodeSnapshot {
     type Key = ();
     fn file((): ()) -> StateFile {
         StateFile::NodeSnapshot
+    }
+}
+
+impl StateValue for NodeTopology {
+    type Key = ();
+    fn file((): ()) -> StateFile {
+        StateFile::NodeTopology
     }
 }
 
@@ -54,8 +61,12 @@ pub enum StateFile {
     EccHistory,
     /// The NVLinks seen active since this boot.
     NvlinkHistory,
-    /// The latest node snapshot (the SPANK plugin reads its topology).
+    /// The node snapshot of the last probe whose GPUs or topology changed
+    /// (for admins).
     NodeSnapshot,
+    /// The node's GPUs and their links (the SPANK plugin reads it at step
+    /// launch), rewritten when they change.
+    NodeTopology,
     /// The node's fault ledger: every open fault, what was done about
     /// it, gpu-health's drain and the automatic returns (`ledger`).
     Ledger,
@@ -101,6 +112,7 @@ impl StateFile {
             StateFile::EccHistory => "ecc-history.json".into(),
             StateFile::NvlinkHistory => "nvlink-history.json".into(),
             StateFile::NodeSnapshot => "node-snapshot.json".into(),
+            StateFile::NodeTopology => "node-topology.json".into(),
             StateFile::Ledger => "ledger.json".into(),
             StateFile::LedgerUnreadable => "ledger.unreadable.json".into(),
             StateFile::RunLock => "run.lock".into(),

@@ -1,5 +1,6 @@
 use super::*;
 use gpu_health_core::finding::Finding;
+use gpu_health_core::snapshot::NodeSnapshot;
 
 fn verdict(findings: Vec<Finding>) -> VerdictRead {
     VerdictRead::Found(JobVerdict {
@@ -148,7 +149,7 @@ fn verdict_files_are_read_from_the_state_dir() {
         ]),
         ..NodeSnapshot::default()
     };
-    state.save((), &snap).unwrap();
+    state.save((), &NodeTopology::of(&snap)).unwrap();
     assert_eq!(read_topology(&state), snap.topology);
 }
 

@@ -18,6 +18,7 @@ pub mod epilog;
 pub mod health_check;
 pub mod job_env;
 pub mod node_check;
+pub mod preview;
 pub mod prolog;
 pub mod resume;
 pub mod step_end;

@@ -55,7 +55,13 @@ pub fn probe(
 /// Probe the node and run every check, for the runs that only read
 /// (`gpu-health check`, `watch`, `resume`'s checks). Never fails.
 pub fn check_node(ctx: &RunContext, opts: ProbeOptions) -> NodeCheck {
-    judge(ctx, probe(ctx, opts, None, None), None, None, false)
+    check_node_for(ctx, opts, None)
+}
+
+/// [`check_node`] as a job starting now would be checked (its GPUs'
+/// leftovers too), read only.
+pub fn check_node_for(ctx: &RunContext, opts: ProbeOptions, job: Option<&JobContext>) -> NodeCheck {
+    judge(ctx, probe(ctx, opts, None, job), None, job, false)
 }
 
 /// Gather every check's state and source, and judge. The kernel log is

@@ -168,6 +168,43 @@ pub fn guarded<T>(what: &str, on_panic: T, body: impl FnOnce() -> T) -> T {
 mod tests {
     use super::*;
 
+    /// Every state file of a typed value is bound to exactly one type
+    /// (`StateValue`), and no two types share a file. The legacy files of
+    /// the ledger's import are bound inside `ledger::store`.
+    #[test]
+    fn every_state_file_has_one_type() {
+        use crate::ids::JobId;
+        use crate::state::{StateFile, StateValue};
+        let job = JobId::from(1);
+        let bound: Vec<(StateFile, &str)> = vec![
+            (crate::xid::XidState::file(()), "XidState"),
+            (crate::checks::EccHistory::file(()), "EccHistory"),
+            (crate::checks::LinkHistory::file(()), "LinkHistory"),
+            (crate::snapshot::NodeSnapshot::file(()), "NodeSnapshot"),
+            (crate::snapshot::NodeTopology::file(()), "NodeTopology"),
+            (crate::ledger::Ledger::file(()), "Ledger"),
+            (<Vec<crate::records::JobRecord>>::file(()), "recent jobs"),
+            (crate::verdict::JobVerdict::file(job), "JobVerdict"),
+            (crate::records::JobStart::file(job), "JobStart"),
+            (crate::records::PowerPeaks::file(job), "PowerPeaks"),
+        ];
+        for (i, (a, ta)) in bound.iter().enumerate() {
+            for (b, tb) in &bound[i + 1..] {
+                assert_ne!(a, b, "{ta} and {tb} share a file");
+            }
+        }
+        // The files without a type: bytes (a spooled record line, an
+        // unreadable ledger set aside) or no content (the lock).
+        let untyped = [
+            StateFile::SpooledRecord { end_ms: 1, job },
+            StateFile::LedgerUnreadable,
+            StateFile::RunLock,
+        ];
+        for u in untyped {
+            assert!(bound.iter().all(|(f, _)| *f != u));
+        }
+    }
+
     use crate::test_env as env;
 
     #[test]

@@ -69,7 +69,7 @@ impl RunContext {
     ) -> RunContext {
         let now_ms = crate::time::unix_ms();
         let (node, node_note) = ids::this_node(&env);
-        let loaded = config::load_for_node(explicit, &node);
+        let loaded = config::load_for_node(explicit, &node, &env);
         crate::logging::set_target(&node, loaded.config.log_file.as_deref());
         if let Some(line) = loaded.error_line() {
             log::error!("{line}");

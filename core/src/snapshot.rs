@@ -73,6 +73,10 @@ pub struct GpuSnapshot {
     pub query_errors: Vec<String>,
     pub memory_total_bytes: Option<u64>,
     pub memory_used_bytes: Option<u64>,
+    /// Percent of the last sample period the GPU ran a kernel
+    /// (nvidia-smi's `utilization.gpu`).
+    #[serde(default)]
+    pub utilization_gpu_pct: Option<u32>,
     pub temperature_c: Option<u32>,
     /// Percent of the fan's maximum; `None` where the board has no fan of
     /// its own (SXM) or NVML does not say.

@@ -10,6 +10,8 @@
 
 mod compute;
 mod job_power;
+pub mod metrics;
+mod metrics_render;
 mod near_oom;
 pub mod power;
 mod prometheus;
@@ -25,12 +27,14 @@ pub use compute::{
     mean_power_w, peak_memory, peak_power, JobEnd, JobMeta, NO_START,
 };
 pub use job_power::{sample_running_jobs, GpuPeak, PowerPeaks, TotalPeak, PEAKS_VERSION};
+pub use metrics::LivePower;
+pub use metrics_render::{render as render_textfile, CAUSES, VERDICTS};
 pub use near_oom::{
     flag_near_oom, is_near_oom, near_oom_since, step_notice, NearOomGpu, REMEDIES, REMEDIES_SHORT,
 };
 pub use prometheus::{
     refresh_live as refresh_prometheus_live, render as render_prometheus,
-    render_with as render_prometheus_with, update as update_prometheus, LivePower, RECENT_JOBS,
+    update as update_prometheus, RECENT_JOBS,
 };
 pub use read::{
     read_jobs, read_records, read_records_filtered, ReadJobs, ReadRecords, MAX_LINE_BYTES,
@@ -44,6 +48,8 @@ pub use summary::{
     Summarizer, SummaryGpu,
 };
 
+#[cfg(test)]
+mod metrics_tests;
 #[cfg(test)]
 mod report_tests;
 #[cfg(test)]

@@ -72,6 +72,10 @@ pub enum StateFile {
     LegacyReturnHistory,
     /// The latest job records, for the Prometheus textfile.
     RecentJobs,
+    /// The node's health for the Prometheus textfile: the latest check,
+    /// the GPUs, the live power, the Xid events of this boot
+    /// (`records::metrics`).
+    HealthMetrics,
     /// The prolog's verdict on a job (read by the SPANK plugin).
     JobVerdict(JobId),
     /// The job's counters at start (read by the epilog).
@@ -108,6 +112,7 @@ impl StateFile {
             StateFile::LegacyPendingDrain => "pending-drain.json".into(),
             StateFile::LegacyReturnHistory => "returns.json".into(),
             StateFile::RecentJobs => "recent-jobs.json".into(),
+            StateFile::HealthMetrics => "health-metrics.json".into(),
             StateFile::JobVerdict(job) => format!("{job}.json"),
             StateFile::JobStart(job) => format!("{job}{START_SUFFIX}"),
             StateFile::JobPowerPeaks(job) => format!("{job}{POWER_SUFFIX}"),

@@ -13,7 +13,11 @@ pub fn run(ctx: RunContext) -> i32 {
             ctx.loaded.fallback
         );
     }
+    // What the run logs for slurmd's log (its findings, why it did not
+    // drain) is printed below once; the log file keeps the lines.
+    gpu_health_core::logging::set_stderr_level(None);
     let report = health_check::run(&ctx);
+    gpu_health_core::logging::set_stderr_level(Some(log::Level::Error));
     for f in report.findings.iter().filter(|f| f.action > Action::Info) {
         println!(
             "{:<17} {:<18} {}",
@@ -30,6 +34,12 @@ pub fn run(ctx: RunContext) -> i32 {
         HealthAction::Returned => println!("{node}: returned to service"),
         HealthAction::StaysDrained(why) => println!("{node}: stays drained: {why}"),
         HealthAction::Busy(why) => println!("{node}: {why}"),
+    }
+    if let Some(log) = &ctx.config().log_file {
+        println!(
+            "(the run's log lines: {})",
+            printable(&log.display().to_string())
+        );
     }
     report.exit_code()
 }

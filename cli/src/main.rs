@@ -64,7 +64,11 @@ fn dispatch(args: &[String]) -> i32 {
         _ => {}
     }
     // `config check`: a command of two words.
-    let (name, rest) = match (first.as_str(), args.get(1)) {
+    let (name, rest) = match (first.as_str(), args.get(1).map(String::as_str)) {
+        ("config", Some("-h" | "--help")) => {
+            print!("{}", generate::help(&commands::CONFIG_CHECK));
+            return 0;
+        }
         ("config", Some(sub)) if !sub.starts_with('-') => (format!("config {sub}"), &args[2..]),
         ("config", _) => {
             eprintln!(
@@ -93,7 +97,9 @@ fn dispatch(args: &[String]) -> i32 {
     }
 }
 
-/// The start of every run, with `--config` when given.
+/// The start of every run, with `--config` when given. A configuration
+/// error goes to stderr as it is found (for a pipe into jq as much as for
+/// a person), and each command shows it in its own output too.
 fn start(parsed: &Parsed, access: StateAccess) -> RunContext {
     RunContext::start(
         |k| std::env::var(k).ok(),

@@ -2,8 +2,10 @@
 //! checks pass once more on the node itself (gpu_health_core::run::resume).
 
 use gpu_health_core::ids::NodeName;
+use gpu_health_core::ops;
 use gpu_health_core::run::resume::{self, ResumeOutcome};
 use gpu_health_core::run::RunContext;
+use gpu_health_core::text::printable;
 
 use crate::spec::Parsed;
 
@@ -15,6 +17,14 @@ pub fn run(p: &Parsed, start: impl FnOnce() -> RunContext) -> i32 {
     };
     let (force, forget) = (p.flag("force"), p.flag("forget-pending"));
     let ctx = start();
+    let dcgm = &ctx.config().dcgm;
+    if ctx.config_ok() && dcgm.enabled && dcgm.before_return && ops::dcgm::resolve(dcgm).is_none() {
+        // Issue 24: the run says so in its log only.
+        println!(
+            "note: [dcgm] is enabled but {} is not installed: the checks run without DCGM's diagnostic",
+            printable(&dcgm.dcgmi.display().to_string())
+        );
+    }
     let outcome = resume::run(&ctx, &node, force, forget);
     match &outcome {
         ResumeOutcome::Resumed(was) => println!("resumed {node} (was: {was})"),

@@ -5,6 +5,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
@@ -16,7 +17,9 @@ struct Logger {
     program: &'static str,
     node: Mutex<String>,
     file: Mutex<Option<File>>,
-    stderr_level: Level,
+    /// The gravest level that reaches stderr, as `Level as usize` (1 error
+    /// .. 5 trace); 0: none.
+    stderr_level: AtomicUsize,
     /// Lines for a person at a terminal on stderr (`gpu-health: warning:
     /// ...`), not the log file's stamped lines.
     terminal: bool,
@@ -42,11 +45,22 @@ fn install(program: &'static str, stderr_level: Level, terminal: bool) {
         program,
         node: Mutex::new(String::new()),
         file: Mutex::new(None),
-        stderr_level,
+        stderr_level: AtomicUsize::new(stderr_level as usize),
         terminal,
     });
     if log::set_logger(logger).is_ok() {
         log::set_max_level(LevelFilter::Info);
+    }
+}
+
+/// Change what reaches stderr: `None` for nothing (the log file still
+/// gets every line). The admin command quiets it while a command prints
+/// the same facts itself, so that a person reads each once.
+pub fn set_stderr_level(level: Option<Level>) {
+    if let Some(logger) = LOGGER.get() {
+        logger
+            .stderr_level
+            .store(level.map_or(0, |l| l as usize), Ordering::Relaxed);
     }
 }
 
@@ -116,7 +130,7 @@ impl Log for Logger {
             std::process::id(),
             r.level(),
         );
-        if r.level() <= self.stderr_level {
+        if (r.level() as usize) <= self.stderr_level.load(Ordering::Relaxed) {
             let shown = if self.terminal {
                 format!("{}: {}: {message}\n", self.program, level_word(r.level()))
             } else {

@@ -288,22 +288,22 @@ fn legend(s: &mut String, left: f64) {
         s,
         "<line x1=\"{left}\" y1=\"{y}\" x2=\"{}\" y2=\"{y}\" stroke=\"{BLUE}\" stroke-width=\"2\"/>\
          <circle cx=\"{}\" cy=\"{y}\" r=\"3\" fill=\"{BLUE}\"/>\
-         <text x=\"{}\" y=\"{}\">mean power per hour (GPUs + node_overhead_w)</text>",
+         <text x=\"{}\" y=\"{}\">mean power per hour, GPUs + overhead</text>",
         left + 24.0,
         left + 12.0,
         left + 30.0,
         y + 4.0
     );
-    let x2 = left + 330.0;
+    let x2 = left + 290.0;
     let _ = writeln!(
         s,
         "<line x1=\"{x2}\" y1=\"{y}\" x2=\"{}\" y2=\"{y}\" stroke=\"{RED}\" stroke-width=\"2\" stroke-dasharray=\"8 4\"/>\
-         <text x=\"{}\" y=\"{}\">budget (smaller of supply, cooling)</text>",
+         <text x=\"{}\" y=\"{}\">budget: the smaller of supply, cooling</text>",
         x2 + 24.0,
         x2 + 30.0,
         y + 4.0
     );
-    let x3 = left + 580.0;
+    let x3 = left + 570.0;
     let _ = writeln!(
         s,
         "<circle cx=\"{}\" cy=\"{y}\" r=\"4\" fill=\"{RED}\"/><text x=\"{}\" y=\"{}\">hour over budget</text>",
@@ -318,9 +318,17 @@ fn time_axis(s: &mut String, f: &Frame, y: f64) {
     let mut t = f.t0.div_ceil(f.tstep) * f.tstep;
     while t <= f.t1 + HOUR_MS {
         let x = f.x(t);
+        // A label at an edge stays inside the chart.
+        let anchor = if x > f.left + f.width - 40.0 {
+            "end"
+        } else if x < f.left + 40.0 {
+            "start"
+        } else {
+            "middle"
+        };
         let _ = writeln!(
             s,
-            "<line x1=\"{x:.1}\" y1=\"{y}\" x2=\"{x:.1}\" y2=\"{}\" stroke=\"black\"/><text x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+            "<line x1=\"{x:.1}\" y1=\"{y}\" x2=\"{x:.1}\" y2=\"{}\" stroke=\"black\"/><text x=\"{x:.1}\" y=\"{}\" text-anchor=\"{anchor}\">{}</text>",
             y + 5.0,
             y + 18.0,
             tick_label(t, f.tstep)
@@ -359,10 +367,11 @@ fn panel(s: &mut String, k: &RackPower, f: &Frame, top: f64, ph: f64) {
     };
     let _ = writeln!(
         s,
-        "<text x=\"{left}\" y=\"{}\" font-weight=\"bold\">rack {} ({} nodes): budget {budget_text} kW, set by {source}</text>",
+        "<text x=\"{left}\" y=\"{}\" font-weight=\"bold\">rack {} ({} node{}): budget {budget_text} kW, set by {source}</text>",
         top + 16.0,
         esc(&k.name),
         k.nodes,
+        if k.nodes == 1 { "" } else { "s" },
     );
     // The kW scale (the same in every panel) and the time grid.
     let mut w = 0.0;
@@ -411,11 +420,13 @@ fn panel(s: &mut String, k: &RackPower, f: &Frame, top: f64, ph: f64) {
         );
     }
     if hours.is_empty() {
+        let (cx, cy) = (left + pw / 2.0, y0 - ph / 2.0);
         let _ = writeln!(
             s,
-            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#777777\">no data</text>",
-            left + pw / 2.0,
-            y0 - ph / 2.0
+            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"80\" height=\"20\" fill=\"white\"/><text x=\"{cx:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#777777\">no data</text>",
+            cx - 40.0,
+            cy - 14.0,
+            cy
         );
         return;
     }

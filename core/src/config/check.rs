@@ -129,42 +129,62 @@ pub fn check_config(path: &Path, must_exist: bool, node: Option<&NodeName>) -> C
         }
         _ => None,
     };
+    // The shape of each file; the rules then run on what is left with the
+    // faulty lines blanked, so that every error is found in one go.
+    let mut cleaned_main = None;
     if let Some(text) = &main {
-        out.problems.extend(shape_problems(path, text));
+        let shape = shape_problems(path, text);
+        out.problems.extend(shape.problems);
+        cleaned_main = shape.cleaned;
     }
+    let mut cleaned_dropin = None;
     if let (Some(d), Some(text)) = (&out.dropin, &dropin) {
-        out.problems.extend(shape_problems(d, text));
+        let shape = shape_problems(d, text);
+        out.problems.extend(shape.problems);
+        cleaned_dropin = shape.cleaned;
     }
-    let Some(main) = main.filter(|_| out.problems.is_empty()) else {
+    let (Some(main), true) = (cleaned_main, dropin.is_none() || cleaned_dropin.is_some()) else {
         return out;
     };
+    let shape_ok = out.problems.is_empty();
     let files = (
         path,
         main.as_str(),
-        out.dropin.as_deref().zip(dropin.as_deref()),
+        out.dropin.as_deref().zip(cleaned_dropin.as_deref()),
     );
     match merge_files(files.0, files.1, files.2) {
         Ok((mut config, _)) => {
             out.problems.extend(rule_problems(&config, files));
             out.problems.extend(power_problems(&config, files));
-            if !out.runs_affected() {
+            if shape_ok && !out.runs_affected() {
                 if let Some(n) = node {
                     config.expand_node(n);
                 }
                 out.config = Some(config);
             }
         }
-        Err(e) => out.problems.push(from_error(e)),
+        Err(e) if shape_ok => out.problems.push(from_error(e)),
+        Err(_) => {}
     }
     out
+}
+
+/// A file's shape problems, and its text with their lines blanked
+/// (`None` when its syntax is broken: nothing more can be read).
+struct Shape {
+    problems: Vec<Problem>,
+    cleaned: Option<String>,
 }
 
 /// Syntax, unknown keys and wrong types of one file: each top-level
 /// table is read alone (the others blanked, so lines keep their
 /// numbers), and each faulty line blanked in turn to find the next.
-fn shape_problems(path: &Path, text: &str) -> Vec<Problem> {
+fn shape_problems(path: &Path, text: &str) -> Shape {
     if let Err(e) = text.parse::<toml::Table>() {
-        return vec![from_error(parse_error(path, text, &e))];
+        return Shape {
+            problems: vec![from_error(parse_error(path, text, &e))],
+            cleaned: None,
+        };
     }
     let owner = sections(text);
     let mut names: Vec<&String> = Vec::new();
@@ -174,8 +194,10 @@ fn shape_problems(path: &Path, text: &str) -> Vec<Problem> {
         }
     }
     let mut out = Vec::new();
+    let mut dropped: Vec<usize> = Vec::new();
     for name in names {
         let mut blanked: Vec<usize> = Vec::new();
+        let section_lines = || (1..=owner.len()).filter(|l| owner.get(l - 1) == Some(name));
         for _ in 0..MAX_PER_SECTION {
             let keep = |l: usize| owner.get(l - 1) == Some(name) && !blanked.contains(&l);
             let candidate = blank_lines(text, keep);
@@ -184,6 +206,7 @@ fn shape_problems(path: &Path, text: &str) -> Vec<Problem> {
             };
             let Some(span) = e.span() else {
                 out.push(from_error(parse_error(path, "", &e)));
+                blanked.extend(section_lines());
                 break;
             };
             let place = place_of(&candidate, span.clone());
@@ -209,6 +232,7 @@ fn shape_problems(path: &Path, text: &str) -> Vec<Problem> {
             ));
             if on_header {
                 // An unknown table: its keys are its own problem.
+                blanked.extend(section_lines());
                 break;
             }
             blanked.extend(first..=last);
@@ -216,11 +240,20 @@ fn shape_problems(path: &Path, text: &str) -> Vec<Problem> {
                 owner.get(l - 1) == Some(name) && !blanked.contains(&l)
             });
             if next.parse::<toml::Table>().is_err() {
+                blanked.extend(section_lines());
                 break;
             }
         }
+        dropped.extend(blanked);
     }
-    out
+    let cleaned = blank_lines(text, |l| !dropped.contains(&l));
+    let cleaned = (cleaned.parse::<toml::Table>().is_ok()
+        && toml::from_str::<Config>(&cleaned).is_ok())
+    .then_some(cleaned);
+    Shape {
+        problems: out,
+        cleaned,
+    }
 }
 
 type Files<'a> = (&'a Path, &'a str, Option<(&'a Path, &'a str)>);

@@ -327,3 +327,33 @@ fn the_man_page_renders() {
         assert!(text.contains(want), "{want}\n{text}");
     }
 }
+
+/// Issue 24: log lines showed Rust's debug text (`Drained("...")`,
+/// `Timeout { deadline_ms: .. }`, `Some(139)`). A node drained by
+/// someone else, with a DBE, and one whose NVML hangs: every line of the
+/// log is a sentence.
+#[test]
+fn log_lines_have_no_rust_debug_text() {
+    for scenario in ["h100x8-dbe", "nvml-hang"] {
+        let node = SimNode::new(scenario);
+        let cluster = gpu_health_testkit::FakeCluster::new(&node.path("cluster"), &["n1"]);
+        cluster.drain("n1", "NHC: check_hw_eth failed");
+        let cfg = node.write_config("[dcgm]\nenabled = false\n");
+        std::fs::create_dir_all(node.path("gpu-health.d")).unwrap();
+        std::fs::write(
+            node.path("gpu-health.d/n1.toml"),
+            format!("scontrol = {:?}\n", cluster.scontrol()),
+        )
+        .unwrap();
+        for args in [&["health-check"][..], &["check"], &["resume", "n1"]] {
+            let _ = run(args, Some(&cfg));
+        }
+        let log = std::fs::read_to_string(node.path("gpu-health.log")).unwrap();
+        assert!(!log.is_empty());
+        for line in log.lines() {
+            for debug in ["{ ", "Some(", "(\""] {
+                assert!(!line.contains(debug), "{scenario}: {debug:?} in: {line}");
+            }
+        }
+    }
+}

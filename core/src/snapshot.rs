@@ -44,6 +44,20 @@ pub enum NvmlFailure {
     ProbeCrashed { detail: String },
 }
 
+impl std::fmt::Display for NvmlFailure {
+    /// A sentence for logs, records and the terminal.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NvmlFailure::LibraryMissing { detail } => write!(f, "NVML library missing: {detail}"),
+            NvmlFailure::InitFailed { detail } => write!(f, "NVML init failed: {detail}"),
+            NvmlFailure::Timeout { deadline_ms } => {
+                write!(f, "NVML did not answer within {deadline_ms} ms")
+            }
+            NvmlFailure::ProbeCrashed { detail } => write!(f, "NVML probe crashed: {detail}"),
+        }
+    }
+}
+
 /// How two GPUs reach each other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -117,12 +117,12 @@ fn a_drain_that_failed_is_shown() {
     );
     let (_, json, _) = recs.report(&["--json"]);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(
+    assert!(
         v[0]["drain_failed"][0]
             .as_str()
             .unwrap()
             .starts_with("n1: "),
-        true
+        "{json}"
     );
 }
 

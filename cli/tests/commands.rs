@@ -357,3 +357,42 @@ fn log_lines_have_no_rust_debug_text() {
         }
     }
 }
+
+/// Issue 24: `resume` with `[dcgm]` enabled and no dcgmi said nothing on
+/// the terminal (its log only).
+#[test]
+fn resume_says_when_dcgmi_is_missing() {
+    let node = SimNode::new("h100x8-healthy");
+    let cluster = gpu_health_testkit::FakeCluster::new(&node.path("cluster"), &["n1"]);
+    let cfg = node.write_config("[dcgm]\ndcgmi = \"/nonexistent/dcgmi\"\n");
+    std::fs::create_dir_all(node.path("gpu-health.d")).unwrap();
+    std::fs::write(
+        node.path("gpu-health.d/n1.toml"),
+        format!("scontrol = {:?}\n", cluster.scontrol()),
+    )
+    .unwrap();
+    let (code, out, err) = run(&["resume", "n1"], Some(&cfg));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("note: [dcgm] is enabled but /nonexistent/dcgmi is not installed"),
+        "{out}"
+    );
+}
+
+/// Issue 24: one event, one message: the health check's outcome was on
+/// stdout and, in other words, twice more on stderr.
+#[test]
+fn the_health_check_says_its_outcome_once() {
+    let node = SimNode::new("h100x8-dbe");
+    let cfg = node.write_config("");
+    let (code, out, err) = run(&["health-check"], Some(&cfg));
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(out.matches("NOT drained").count(), 1, "{out}");
+    assert!(
+        !err.contains("not drained") && !err.contains("cannot claim"),
+        "said on stdout already: {err}"
+    );
+    // The log file keeps the run's lines.
+    let log = std::fs::read_to_string(node.path("gpu-health.log")).unwrap();
+    assert!(log.contains("not drained"), "{log}");
+}

@@ -155,6 +155,9 @@ gh_install_packages() {
     dpkg -s slurm-wlm >/dev/null 2>&1 || missing+=(slurm-wlm)
     command -v python3 >/dev/null || missing+=(python3)
     command -v ss >/dev/null || missing+=(iproute2)
+    # promtool: the tests check every Prometheus textfile and the alerting
+    # rules with it (Debian's prometheus; its service is kept from starting).
+    command -v promtool >/dev/null || missing+=(prometheus)
     ((${#missing[@]})) || return 0
     command -v apt-get >/dev/null || gh_die "missing ${missing[*]} and no apt-get to install them"
     gh_say "installing ${missing[*]} (Debian packages)"

@@ -47,6 +47,7 @@ install_deb() {
     state_mode=$(stat -c '%U:%G %a' /var/lib/gpu-health 2>/dev/null || true)
     [[ $state_mode == "root:root 700" ]] || gh_warn "/var/lib/gpu-health is '$state_mode', expected 'root:root 700'"
     "$cli" help >/dev/null || gh_die "$cli help failed"
+    check_man_and_completions "$cli"
     [[ -f $release/libnvml_sim.so ]] || gh_die "$release/libnvml_sim.so (the tests' NVML stand-in) is missing"
 
     # For ci/slurm-up and the e2e tests: slurm.conf and plugstack.conf name
@@ -67,6 +68,29 @@ install_deb() {
         printf 'GPU_HEALTH_NVML_SIM=%q\n' "$release/libnvml_sim.so"
     } >"$out/installed.env"
     gh_say "installed $(dpkg-query -W -f '${Package} ${Version}' gpu-health); environment for the tests in $out/installed.env"
+}
+
+# `man gpu-health` finds the installed page, made from the command's
+# option tables, and bash completes the installed command's options.
+check_man_and_completions() {
+    local cli=$1 page bash_file
+    if command -v man >/dev/null; then
+        page=$(MANWIDTH=100 MANPAGER=cat man gpu-health 2>&1) || gh_die "man gpu-health failed: $page"
+    else
+        # A root without man-db (and no apt): the page as man would read it.
+        gh_warn "man is not installed: checking the installed page's text instead of man gpu-health"
+        page=$(zcat "$(installed_path '/man8/gpu-health\.8\.gz$')")
+    fi
+    for want in "config check" "npd" "near" "power" "svg" "completions"; do
+        [[ $page == *"$want"* ]] || gh_die "the installed gpu-health(8) lacks '$want'"
+    done
+    bash_file=$(installed_path '/bash-completion/completions/gpu-health$')
+    installed_path '/_gpu-health$' >/dev/null
+    installed_path '/gpu-health\.fish$' >/dev/null
+    # shellcheck disable=SC2016 # expanded by the inner bash
+    [[ $(bash -c 'source "$1"; COMP_WORDS=(gpu-health report --po); COMP_CWORD=2; _gpu_health; echo "${COMPREPLY[*]}"' _ "$bash_file") == --power ]] ||
+        gh_die "the installed bash completion does not complete 'gpu-health report --po'"
+    gh_say "man gpu-health and the shell completions work"
 }
 
 uninstall_deb() {

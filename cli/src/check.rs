@@ -1,10 +1,13 @@
 //! `gpu-health check`: the prolog's probe and checks, printed, never acted on.
 
+use gpu_health_core::config::ConfigError;
 use gpu_health_core::finding::{drain_reason, Action, Finding};
 use gpu_health_core::probe;
 use gpu_health_core::run::{node_check, RunContext};
 use gpu_health_core::text::printable;
 use serde::Serialize;
+
+use crate::spec::Parsed;
 
 #[derive(Serialize)]
 struct Report<'a> {
@@ -14,6 +17,8 @@ struct Report<'a> {
     driver_version: Option<&'a str>,
     gpus: Vec<GpuLine<'a>>,
     findings: &'a [Finding],
+    /// The gravest action of the findings (`info`, `warn`,
+    /// `drain-until-clean`, `drain`), `ok` without findings.
     worst: &'static str,
 }
 
@@ -36,45 +41,32 @@ struct GpuLine<'a> {
     mig_mode: Option<bool>,
 }
 
-const USAGE: &str = "usage: gpu-health check [--json | --npd]";
-
 /// Kubernetes Node Problem Detector's custom plugins: exit 0 healthy, 1 a
 /// problem, 2 unknown, and one short line (NPD keeps `max_output_length`
 /// bytes of it, 80 by default).
 const NPD_LINE_MAX: usize = 80;
 
-pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
-    let mut json = false;
-    let mut npd = false;
-    let mut parser = lexopt::Parser::from_args(args);
-    loop {
-        match parser.next() {
-            Ok(None) => break,
-            Ok(Some(lexopt::Arg::Long("json"))) => json = true,
-            Ok(Some(lexopt::Arg::Long("npd"))) => npd = true,
-            Ok(Some(lexopt::Arg::Long("help") | lexopt::Arg::Short('h'))) => {
-                println!("{USAGE}\n\nProbe this node as the Prolog does and print the findings; never drains.\nExit 0 healthy, 1 a fatal finding, 2 a usage or configuration error.\n  --npd  one status line for Kubernetes Node Problem Detector's custom plugins\n         (exit 0 healthy, 1 problem, 2 unknown)");
-                return 0;
-            }
-            Ok(Some(arg)) => return crate::usage_error("check", arg.unexpected(), USAGE),
-            Err(e) => return crate::usage_error("check", e, USAGE),
-        }
-    }
+pub fn run(p: &Parsed, start: impl FnOnce() -> RunContext) -> i32 {
     let ctx = start();
     let opts = probe::ProbeOptions {
         topology: true,
         ..Default::default()
     };
     let check = node_check::check_node(&ctx, opts);
-    if npd {
-        let (code, line) = npd_status(ctx.config_ok(), &check.findings, check.snapshot.gpus.len());
+    let config_error = ctx.loaded.error.as_ref().map(|e| e.to_string());
+    if p.flag("npd") {
+        let (code, line) = npd_status(
+            ctx.loaded.error.as_ref().map(where_in_file).as_deref(),
+            &check.findings,
+            check.snapshot.gpus.len(),
+        );
         println!("{line}");
         return code;
     }
     let worst = check.findings.iter().map(|f| f.action).max();
     let report = Report {
         node: ctx.node.to_string(),
-        config_error: ctx.loaded.error.as_ref().map(|e| e.to_string()),
+        config_error,
         probe_us: check.snapshot.probe_us,
         driver_version: check.snapshot.driver_version.as_deref(),
         gpus: check
@@ -98,9 +90,9 @@ pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
             })
             .collect(),
         findings: &check.findings,
-        worst: worst.map(Action::severity).unwrap_or("ok"),
+        worst: worst.map_or("ok", Action::as_str),
     };
-    if json {
+    if p.flag("json") {
         match serde_json::to_string_pretty(&report) {
             Ok(s) => println!("{s}"),
             Err(e) => {
@@ -109,7 +101,7 @@ pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
             }
         }
     } else {
-        print_table(&report);
+        print_table(&report, ctx.loaded.fallback);
     }
     if !ctx.config_ok() {
         2
@@ -120,16 +112,42 @@ pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
     }
 }
 
+/// Where a configuration error is, briefly (NPD keeps 80 bytes): the
+/// file's name and, when known, the line.
+fn where_in_file(e: &ConfigError) -> String {
+    let (path, line) = match e {
+        ConfigError::Parse { path, place, .. } => (path, place.as_ref().map(|p| p.line)),
+        ConfigError::Read { path, .. } | ConfigError::Invalid { path, .. } => (path, None),
+    };
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    match line {
+        Some(l) => format!("{name} line {l}"),
+        None => name,
+    }
+}
+
+/// The findings gravest first (then as found): a line cut short keeps
+/// the findings that matter most.
+fn gravest_first(findings: &[Finding]) -> Vec<Finding> {
+    let mut sorted = findings.to_vec();
+    sorted.sort_by_key(|f| std::cmp::Reverse(f.action));
+    sorted
+}
+
 /// The NPD exit code and status line. Unknown when the configuration
-/// could not be used (the checks ran on defaults); a problem when a
-/// finding would drain (the line is its drain reason); else healthy.
-fn npd_status(config_ok: bool, findings: &[Finding], gpus: usize) -> (i32, String) {
-    let (code, line) = if !config_ok {
+/// could not be used (the checks ran on a fallback); a problem when a
+/// finding would drain (the line is its drain reason, gravest first);
+/// else healthy.
+fn npd_status(config_error: Option<&str>, findings: &[Finding], gpus: usize) -> (i32, String) {
+    let (code, line) = if let Some(e) = config_error {
         (
             2,
-            "gpu-health: unknown, the configuration has an error".to_string(),
+            format!("gpu-health: unknown, configuration error in {e}"),
         )
-    } else if let Some(reason) = drain_reason(findings) {
+    } else if let Some(reason) = drain_reason(&gravest_first(findings)) {
         (1, reason)
     } else {
         let warnings = findings.iter().filter(|f| f.action == Action::Warn).count();
@@ -151,7 +169,22 @@ fn npd_status(config_ok: bool, findings: &[Finding], gpus: usize) -> (i32, Strin
     (code, line)
 }
 
-fn print_table(r: &Report<'_>) {
+const ROW: usize = 22;
+
+fn row(gpu: &str, pci: &str, check: &str, action: &str, message: &str) {
+    println!(
+        "{gpu:<5} {pci:<13} {check:<ROW$} {action:<17} {}",
+        printable(message)
+    );
+}
+
+fn print_table(r: &Report<'_>, fallback: &str) {
+    if let Some(e) = &r.config_error {
+        println!(
+            "configuration error: {}\n  (checked with {fallback}; the Prolog would drain nothing until it is fixed: gpu-health config check)",
+            printable(e)
+        );
+    }
     println!(
         "node {}  driver {}  probe {:.1} ms  {} GPUs",
         r.node,
@@ -159,19 +192,9 @@ fn print_table(r: &Report<'_>) {
         r.probe_us as f64 / 1000.0,
         r.gpus.len()
     );
-    println!(
-        "{:<5} {:<13} {:<22} {:<6} MESSAGE",
-        "GPU", "PCI", "CHECK", "LEVEL"
-    );
+    row("GPU", "PCI", "CHECK", "ACTION", "MESSAGE");
     for f in r.findings.iter().filter(|f| f.gpu.is_none()) {
-        println!(
-            "{:<5} {:<13} {:<22} {:<6} {}",
-            "node",
-            "-",
-            f.check,
-            f.action.severity(),
-            printable(&f.message)
-        );
+        row("node", "-", &f.check, f.action.as_str(), &f.message);
     }
     for g in &r.gpus {
         let mine: Vec<&Finding> = r
@@ -180,38 +203,36 @@ fn print_table(r: &Report<'_>) {
             .filter(|f| f.gpu == Some(g.index))
             .collect();
         let pci = printable(g.pci.unwrap_or("-"));
+        let index = g.index.to_string();
         if mine.is_empty() {
             let mig = if g.mig_mode == Some(true) {
                 " (MIG mode: no per-job peak memory)"
             } else {
                 ""
             };
-            println!(
-                "{:<5} {:<13} {:<22} {:<6} {}{mig}",
-                g.index,
-                pci,
-                "all",
-                "ok",
-                printable(g.name.unwrap_or(""))
-            );
+            let name = format!("{}{mig}", g.name.unwrap_or(""));
+            row(&index, &pci, "all", "ok", &name);
         }
         for f in mine {
-            println!(
-                "{:<5} {:<13} {:<22} {:<6} {}",
-                g.index,
-                pci,
-                f.check,
-                f.action.severity(),
-                printable(&f.message)
-            );
+            row(&index, &pci, &f.check, f.action.as_str(), &f.message);
         }
     }
-    println!("verdict: {}", r.worst);
+    match &r.config_error {
+        Some(_) => println!(
+            "verdict: {} by {fallback}; configuration error: nothing would drain",
+            r.worst
+        ),
+        None => println!("verdict: {}", r.worst),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn xid(action: Action, gpu: u32, summary: &str) -> Finding {
+        Finding::gpu("xid", action, gpu, None, summary.into(), "m".into())
+    }
 
     #[test]
     fn npd_convention() {
@@ -225,17 +246,48 @@ mod tests {
             "m".into(),
         );
         assert_eq!(
-            npd_status(true, &[], 8),
+            npd_status(None, &[], 8),
             (0, "gpu-health: ok, 8 GPUs".into())
         );
         assert_eq!(
-            npd_status(true, std::slice::from_ref(&warn), 8),
+            npd_status(None, std::slice::from_ref(&warn), 8),
             (0, "gpu-health: ok, 8 GPUs, 1 warnings".into())
         );
-        let (code, line) = npd_status(true, &[warn, dbe], 8);
+        let (code, line) = npd_status(None, &[warn, dbe], 8);
         assert_eq!(code, 1);
         assert!(line.starts_with("gpu-health: ECC DBE GPU3"), "{line}");
         assert!(line.len() <= NPD_LINE_MAX && line.ends_with("..."));
-        assert_eq!(npd_status(false, &[], 8).0, 2);
+        let (code, line) = npd_status(Some("gpu-health.toml line 3"), &[], 8);
+        assert_eq!(code, 2);
+        assert_eq!(
+            line,
+            "gpu-health: unknown, configuration error in gpu-health.toml line 3"
+        );
+    }
+
+    /// Issue 24: the NPD line listed findings in GPU order, so the cut
+    /// dropped the drain; the gravest come first now.
+    #[test]
+    fn npd_keeps_the_drain_when_it_cuts() {
+        let findings = [
+            xid(
+                Action::DrainUntilClean,
+                0,
+                "Xid 31 GPU0 0000:18:00.0 pid=41234 and more",
+            ),
+            xid(
+                Action::DrainUntilClean,
+                1,
+                "Xid 31 GPU1 0000:2a:00.0 pid=41235",
+            ),
+            xid(Action::Drain, 3, "Xid 79 GPU3 0000:5d:00.0"),
+        ];
+        let (code, line) = npd_status(None, &findings, 8);
+        assert_eq!(code, 1);
+        assert!(
+            line.starts_with("gpu-health: Xid 79 GPU3 0000:5d:00.0; "),
+            "{line}"
+        );
+        assert!(line.len() <= NPD_LINE_MAX);
     }
 }

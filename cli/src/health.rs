@@ -3,24 +3,28 @@
 use gpu_health_core::finding::Action;
 use gpu_health_core::run::health_check::{self, HealthAction};
 use gpu_health_core::run::RunContext;
+use gpu_health_core::text::printable;
 
-const USAGE: &str = "usage: gpu-health health-check";
-
-pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
-    let mut parser = lexopt::Parser::from_args(args);
-    match parser.next() {
-        Ok(None) => {}
-        Ok(Some(lexopt::Arg::Long("help") | lexopt::Arg::Short('h'))) => {
-            println!("{USAGE}\n\nThe checks, drains and automatic return of HealthCheckProgram.");
-            return 0;
-        }
-        Ok(Some(arg)) => return crate::usage_error("health-check", arg.unexpected(), USAGE),
-        Err(e) => return crate::usage_error("health-check", e, USAGE),
+pub fn run(ctx: RunContext) -> i32 {
+    if let Some(e) = &ctx.loaded.error {
+        println!(
+            "configuration error: {}\n  (checked with {}; nothing drains in this run: gpu-health config check)",
+            printable(&e.to_string()),
+            ctx.loaded.fallback
+        );
     }
-    let ctx = start();
+    // What the run logs for slurmd's log (its findings, why it did not
+    // drain) is printed below once; the log file keeps the lines.
+    gpu_health_core::logging::set_stderr_level(None);
     let report = health_check::run(&ctx);
+    gpu_health_core::logging::set_stderr_level(Some(log::Level::Error));
     for f in report.findings.iter().filter(|f| f.action > Action::Info) {
-        println!("{:<6} {:<18} {}", f.action.severity(), f.check, f.message);
+        println!(
+            "{:<17} {:<18} {}",
+            f.action.as_str(),
+            f.check,
+            printable(&f.message)
+        );
     }
     let node = &report.node;
     match &report.action {
@@ -30,6 +34,12 @@ pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
         HealthAction::Returned => println!("{node}: returned to service"),
         HealthAction::StaysDrained(why) => println!("{node}: stays drained: {why}"),
         HealthAction::Busy(why) => println!("{node}: {why}"),
+    }
+    if let Some(log) = &ctx.config().log_file {
+        println!(
+            "(the run's log lines: {})",
+            printable(&log.display().to_string())
+        );
     }
     report.exit_code()
 }

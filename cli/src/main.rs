@@ -1,44 +1,27 @@
-//! gpu-health: the admin command. Thin wiring over gpu_health_core; each
-//! command parses its own arguments (lexopt) and prints its own --help.
+//! gpu-health: the admin command. Thin wiring over gpu_health_core: each
+//! command's options are read by its table (`commands`, `spec`), which
+//! also gives its `--help`, the man page and the shell completions.
 
 mod check;
+mod commands;
+mod config_cmd;
+mod generate;
 mod health;
 mod nccl_env;
 mod report;
 mod resume;
+mod spec;
 mod step_end;
 mod watch;
 mod xids;
 
+use std::path::Path;
+
 use gpu_health_core::logging;
 use gpu_health_core::run::{RunContext, StateAccess};
-use lexopt::ValueExt;
+use gpu_health_core::text::printable;
 
-const USAGE: &str = "\
-usage: gpu-health <command> [options]
-
-commands:
-  check [--json]            probe this node and print its findings (never drains)
-                            exit 0 healthy, 1 fatal finding, 2 usage/config error
-  xids [--json] [--no-probe] [FILE]
-                            list NVIDIA Xid events in FILE or the configured kernel log
-  xids --catalog [--json]   the built-in Xid table (default action, NVIDIA's action)
-  watch [-l SECONDS] [--count N] [--csv|--json]
-                            power, temperature, fan and health of each GPU, every SECONDS
-  nccl-env [--sysfs-root DIR] [--plugstack FILE] [--json]
-                            the NCCL variables the SPANK plugin would set here, and why
-  report [--job ID] [--user NAME] [--since DATE] [--json|--csv] [--dir DIR]
-                            per-job GPU energy, peak memory, health deltas
-  health-check              the HealthCheckProgram run: checks, drains, automatic return
-  resume NODE [--force]     on NODE itself: re-run the checks, resume a gpu-health drain if clean
-  step-end --gpus LIST --since-ms MS
-                            (run by the SPANK plugin) the step's GPUs that came near out of memory
-  help, --help              this text (also: gpu-health <command> --help)
-  --version                 the version
-
-Configuration: $GPU_HEALTH_CONFIG, else gpu-health.toml beside $SLURM_CONF,
-else /etc/slurm/gpu-health.toml (see docs/configuration.md).
-";
+use spec::{CommandSpec, Outcome, Parsed};
 
 fn main() {
     // `gpu-health xids | head`: a closed pipe ends the command quietly,
@@ -48,75 +31,145 @@ fn main() {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    logging::init("gpu-health", log::Level::Error);
-    let code = match dispatch(lexopt::Parser::from_env()) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("gpu-health: {e}\n\n{USAGE}");
+    logging::init_terminal("gpu-health", log::Level::Error);
+    let args: Result<Vec<String>, _> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.into_string())
+        .collect();
+    let code = match args {
+        Ok(args) => dispatch(&args),
+        Err(bad) => {
+            eprintln!(
+                "gpu-health: argument {:?} is not UTF-8\n\n{}",
+                bad,
+                generate::usage()
+            );
             2
         }
     };
     std::process::exit(code);
 }
 
-fn dispatch(mut parser: lexopt::Parser) -> Result<i32, lexopt::Error> {
-    use lexopt::Arg::{Long, Short, Value};
-    let command = match parser.next()? {
-        None => {
-            eprint!("{USAGE}");
-            return Ok(2);
-        }
-        Some(Long("help") | Short('h')) => {
-            print!("{USAGE}");
-            return Ok(0);
-        }
-        Some(Long("version")) => {
-            println!("gpu-health {}", env!("CARGO_PKG_VERSION"));
-            return Ok(0);
-        }
-        Some(Value(v)) => v.string()?,
-        Some(other) => return Err(other.unexpected()),
+fn dispatch(args: &[String]) -> i32 {
+    let Some(first) = args.first() else {
+        eprint!("{}", generate::usage());
+        return 2;
     };
-    // The rest belongs to the command, which parses it with its own lexopt
-    // parser (and answers its own --help).
-    let rest: Vec<String> = parser
-        .raw_args()?
-        .map(|a| a.into_string().map_err(lexopt::Error::NonUnicodeValue))
-        .collect::<Result<_, _>>()?;
-    let access = match command.as_str() {
-        "health-check" | "resume" => StateAccess::Write,
-        _ => StateAccess::Read,
-    };
-    let start = || RunContext::start(|k| std::env::var(k).ok(), None, access);
-    Ok(match command.as_str() {
-        "check" => check::run(&rest, start),
-        "xids" => xids::run(&rest, start),
-        "report" => report::run(&rest, &start().loaded.config),
-        "nccl-env" => nccl_env::run(&rest, &start().loaded.config),
-        "watch" => watch::run(&rest, start),
-        "health-check" => health::run(&rest, start),
-        "resume" => resume::run(&rest, start),
-        "step-end" => step_end::run(&rest),
-        "help" => {
-            print!("{USAGE}");
-            0
+    match first.as_str() {
+        "-h" | "--help" => {
+            print!("{}", generate::usage());
+            return 0;
         }
-        "version" => {
-            println!("gpu-health {}", env!("CARGO_PKG_VERSION"));
-            0
+        "--version" | "-V" => return version(),
+        _ => {}
+    }
+    // `config check`: a command of two words.
+    let (name, rest) = match (first.as_str(), args.get(1).map(String::as_str)) {
+        ("config", Some("-h" | "--help")) => {
+            print!("{}", generate::help(&commands::CONFIG_CHECK));
+            return 0;
         }
-        other => {
+        ("config", Some(sub)) if !sub.starts_with('-') => (format!("config {sub}"), &args[2..]),
+        ("config", _) => {
             eprintln!(
-                "gpu-health: unknown command {:?}\n\n{USAGE}",
-                gpu_health_core::text::printable(other)
+                "gpu-health config: which? gpu-health config check [FILE]\n\n{}",
+                generate::usage()
             );
-            2
+            return 2;
         }
-    })
+        (name, _) => (name.to_string(), &args[1..]),
+    };
+    let Some(spec) = commands::spec_of(&name) else {
+        eprintln!(
+            "gpu-health: unknown command {:?}\n\n{}",
+            printable(&name),
+            generate::usage()
+        );
+        return 2;
+    };
+    match spec::parse(spec, rest) {
+        Err(e) => usage_error(spec, &e),
+        Ok(Outcome::Help) => {
+            print!("{}", generate::help(spec));
+            0
+        }
+        Ok(Outcome::Run(parsed)) => run(spec, &parsed),
+    }
 }
 
-/// The usage error of a command: printed with its usage, exit 2.
-fn usage_error(command: &str, e: lexopt::Error, usage: &str) -> i32 {
-    eprintln!("gpu-health {command}: {e}\n{usage}");
+/// The start of every run, with `--config` when given. A configuration
+/// error goes to stderr as it is found (for a pipe into jq as much as for
+/// a person), and each command shows it in its own output too.
+fn start(parsed: &Parsed, access: StateAccess) -> RunContext {
+    RunContext::start(
+        |k| std::env::var(k).ok(),
+        parsed.value("config").map(Path::new),
+        access,
+    )
+}
+
+fn run(spec: &'static CommandSpec, p: &Parsed) -> i32 {
+    let read = || start(p, StateAccess::Read);
+    match spec.name {
+        "check" => check::run(p, read),
+        "xids" => xids::run(p, read),
+        "report" => report::run_parsed(p, read),
+        "nccl-env" => nccl_env::run(p, read),
+        "watch" => watch::run(p, read),
+        "health-check" => health::run(start(p, StateAccess::Write)),
+        "resume" => resume::run(p, || start(p, StateAccess::Write)),
+        "step-end" => step_end::run(p, read),
+        "config check" => config_cmd::run(p),
+        "completions" => match p.operand(0).and_then(generate::complete::script) {
+            Some(text) => {
+                print!("{text}");
+                0
+            }
+            None => usage_error(
+                spec,
+                &format!(
+                    "no completions for {:?}: one of {}",
+                    printable(p.operand(0).unwrap_or("")),
+                    generate::complete::SHELLS.join(", ")
+                ),
+            ),
+        },
+        "manpage" => {
+            print!("{}", generate::man::page());
+            0
+        }
+        "help" => match p.operand(0) {
+            None => {
+                print!("{}", generate::usage());
+                0
+            }
+            Some(name) => match commands::spec_of(name)
+                .or_else(|| commands::spec_of(&format!("{name} check")))
+            {
+                Some(s) => {
+                    print!("{}", generate::help(s));
+                    0
+                }
+                None => usage_error(spec, &format!("unknown command {:?}", printable(name))),
+            },
+        },
+        _ => version(),
+    }
+}
+
+fn version() -> i32 {
+    println!("gpu-health {}", env!("CARGO_PKG_VERSION"));
+    0
+}
+
+/// A usage error of a command: printed with its synopsis, exit 2.
+fn usage_error(spec: &CommandSpec, e: &str) -> i32 {
+    eprintln!(
+        "gpu-health {}: {}\nusage: {}\n(gpu-health {} --help says more)",
+        spec.name,
+        printable(e),
+        generate::synopsis(spec),
+        spec.name
+    );
     2
 }

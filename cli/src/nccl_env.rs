@@ -5,14 +5,14 @@
 
 use std::path::{Path, PathBuf};
 
-use gpu_health_core::config::Config;
 use gpu_health_core::fabric::explain::{explain, Explanation};
 use gpu_health_core::fabric::nccl::{derive_nccl_env, FabricKind};
 use gpu_health_core::fabric::read_fabric;
 use gpu_health_core::plugstack::{self, PluginArgs};
+use gpu_health_core::run::RunContext;
 use gpu_health_core::text::printable;
 
-const USAGE: &str = "usage: gpu-health nccl-env [--sysfs-root DIR] [--plugstack FILE] [--json]";
+use crate::spec::Parsed;
 
 struct Options {
     sysfs_root: Option<PathBuf>,
@@ -20,22 +20,20 @@ struct Options {
     json: bool,
 }
 
-/// Exit: 0 shown, 1 the fabric could not be read, 2 usage error.
-pub fn run(args: &[String], config: &Config) -> i32 {
-    let opts = match parse_args(args) {
-        Ok(Some(o)) => o,
-        Ok(None) => {
-            println!(
-                "{USAGE}\n\nWhat the gpu-health SPANK plugin would set on this node (NCCL_IB_HCA,\n\
-                 NCCL_IB_GID_INDEX, NCCL_IB_TIMEOUT, ...) and why, with the arguments of its\n\
-                 plugstack.conf line.\n  --sysfs-root DIR  read the RDMA ports under DIR (default: the plugin's\n                    sysfs_root, else the configuration's)\n  \
-                 --plugstack FILE  plugstack.conf to read (default {})\n  --json            one JSON object",
-                plugstack::DEFAULT_PLUGSTACK
-            );
-            return 0;
-        }
-        Err(e) => return crate::usage_error("nccl-env", e, USAGE),
+/// Exit: 0 shown, 1 the fabric could not be read (its root missing
+/// included), 2 a usage or configuration error.
+pub fn run(p: &Parsed, start: impl FnOnce() -> RunContext) -> i32 {
+    let opts = Options {
+        sysfs_root: p.value("sysfs-root").map(PathBuf::from),
+        plugstack: p.value("plugstack").map_or_else(
+            || PathBuf::from(plugstack::DEFAULT_PLUGSTACK),
+            PathBuf::from,
+        ),
+        json: p.flag("json"),
     };
+    let ctx = start();
+    let config = ctx.config();
+    let config_error = ctx.loaded.error.as_ref().map(|e| e.to_string());
     let (args, notes) = plugin_args(&opts.plugstack);
     for n in &notes {
         eprintln!("gpu-health nccl-env: {}", printable(n));
@@ -45,22 +43,41 @@ pub fn run(args: &[String], config: &Config) -> i32 {
         .clone()
         .or_else(|| args.sysfs_root.clone())
         .unwrap_or_else(|| config.sysfs_root.clone());
-    match explanation(&root, &args) {
+    let shown_root = printable(&root.display().to_string()).into_owned();
+    if !root.is_dir() {
+        eprintln!(
+            "gpu-health nccl-env: sysfs root {shown_root} does not exist or is not a directory: nothing to read"
+        );
+        return 1;
+    }
+    let code = match explanation(&root, &args) {
         Ok(e) if opts.json => {
-            println!("{}", serde_json::to_string(&e).unwrap_or_default());
+            let mut v = serde_json::to_value(&e).unwrap_or_default();
+            if let (Some(err), Some(m)) = (&config_error, v.as_object_mut()) {
+                m.insert("configuration_error".into(), err.clone().into());
+            }
+            println!("{v}");
             0
         }
         Ok(e) => {
+            if let Some(err) = &config_error {
+                println!(
+                    "configuration error: {} (gpu-health config check)",
+                    printable(err)
+                );
+            }
             print!("{}", render(&e, &root));
             0
         }
         Err(e) => {
-            eprintln!(
-                "gpu-health nccl-env: RDMA fabric unreadable under {}: {e}",
-                printable(&root.display().to_string())
-            );
+            eprintln!("gpu-health nccl-env: RDMA fabric unreadable under {shown_root}: {e}");
             1
         }
+    };
+    if config_error.is_some() {
+        2
+    } else {
+        code
     }
 }
 
@@ -141,26 +158,6 @@ fn render(e: &Explanation, root: &Path) -> String {
         out.push_str(&format!("note: {}\n", printable(n)));
     }
     out
-}
-
-fn parse_args(args: &[String]) -> Result<Option<Options>, lexopt::Error> {
-    use lexopt::Arg::{Long, Short};
-    let mut opts = Options {
-        sysfs_root: None,
-        plugstack: PathBuf::from(plugstack::DEFAULT_PLUGSTACK),
-        json: false,
-    };
-    let mut parser = lexopt::Parser::from_args(args);
-    while let Some(arg) = parser.next()? {
-        match arg {
-            Long("sysfs-root") => opts.sysfs_root = Some(parser.value()?.into()),
-            Long("plugstack") => opts.plugstack = parser.value()?.into(),
-            Long("json") => opts.json = true,
-            Long("help") | Short('h') => return Ok(None),
-            other => return Err(other.unexpected()),
-        }
-    }
-    Ok(Some(opts))
 }
 
 #[cfg(test)]
@@ -308,11 +305,12 @@ mod tests {
     #[test]
     fn usage() {
         let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(parse_args(&a(&["--bogus"])).is_err());
-        let o = parse_args(&a(&["--sysfs-root", "/s", "--json"]))
-            .unwrap()
-            .unwrap();
-        assert_eq!(o.sysfs_root.as_deref(), Some(Path::new("/s")));
-        assert!(o.json);
+        let parse = |v: &[&str]| crate::spec::parse(&crate::commands::NCCL_ENV, &a(v));
+        assert!(parse(&["--bogus"]).is_err());
+        let Ok(crate::spec::Outcome::Run(o)) = parse(&["--sysfs-root", "/s", "--json"]) else {
+            panic!("parsed");
+        };
+        assert_eq!(o.value("sysfs-root"), Some("/s"));
+        assert!(o.flag("json"));
     }
 }

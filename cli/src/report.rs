@@ -1,41 +1,33 @@
 //! `gpu-health report`: per-job GPU energy, peak memory and health deltas
 //! from the records the epilogs wrote (summed across nodes when the
-//! records directory is shared).
+//! records directory is shared). Its options: `commands::REPORT`.
 
-use std::fmt::{self, Write as _};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use gpu_health_core::config::Config;
-use gpu_health_core::records::{self, GpuRecord, GpuSink, JobSummary, ReportFilter, SummaryGpu};
+use gpu_health_core::records::{self, GpuSink, JobSummary, ReportFilter, SummaryGpu};
+use gpu_health_core::run::RunContext;
 use gpu_health_core::state;
-use gpu_health_core::time::{format_utc_ms, parse_since, unix_ms};
+use gpu_health_core::time::{parse_since, unix_ms};
 
+mod format;
 mod near_oom;
 mod power;
+mod power_out;
+mod table;
+use format::Term;
+#[cfg(test)]
+use format::{Dec, Fixed, Gib};
 use near_oom::NearOomGpus;
+#[cfg(test)]
+use table::{write_csv, write_table};
+use table::{GpuCount, TableGpus};
 
-const USAGE: &str = "\
-usage: gpu-health report [--job ID] [--user NAME] [--since DATE] [--near-oom | --power [--svg FILE]]
-                         [--json|--csv] [--dir DIR]
-
-  --job ID       only this job
-  --user NAME    only this user's jobs
-  --since DATE   only jobs that ended at or after DATE (UTC):
-                 YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS]
-  --near-oom     only the GPUs whose peak memory came near their memory
-                 (thresholds.near_oom_share), with what the user can try
-  --power        energy and power per node and per rack ([[power.racks]]),
-                 the hours a rack passed its budget
-  --svg FILE     with --power: a chart of each rack's power per hour and
-                 its budget, written to FILE
-  --json         one object per job (JSON array), with its GPUs
-  --csv          one line per job
-  --dir DIR      records directory (default: records_dir of the configuration)
-  -h, --help     this text
-
-Options take their value as `--job 42` or `--job=42`.
-";
+use crate::commands::REPORT;
+use crate::spec::Parsed;
+#[cfg(test)]
+use crate::spec::{self, Outcome};
 
 #[derive(Debug, Default, PartialEq)]
 struct Args {
@@ -45,8 +37,11 @@ struct Args {
     near_oom: bool,
     power: bool,
     svg: Option<PathBuf>,
+    /// Only the jobs that ended last.
+    limit: Option<usize>,
 }
 
+#[cfg(test)]
 #[derive(Debug, PartialEq)]
 enum Command {
     Help,
@@ -61,106 +56,163 @@ enum Format {
     Csv,
 }
 
-/// The value of `option`. A separate word that looks like an option is
-/// taken as a forgotten value (`--job --user bob`), not as the value;
-/// `--job=-x` passes such a value on purpose.
-fn value(p: &mut lexopt::Parser, option: &str) -> Result<String, String> {
-    let v = match p.optional_value() {
-        Some(v) => v,
-        None => {
-            let v = p
-                .value()
-                .map_err(|_| format!("option '{option}' needs a value"))?;
-            if v.to_string_lossy().starts_with('-') && v.len() > 1 {
+fn date(p: &Parsed, option: &str) -> Result<Option<u64>, String> {
+    p.value(option)
+        .map(|v| parse_since(v).map_err(|e| format!("option '--{option}': {e}")))
+        .transpose()
+}
+
+/// The report's arguments from what the table parsed.
+fn args_of(p: &Parsed) -> Result<Args, String> {
+    let limit = match p.value("limit") {
+        None => None,
+        Some(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => {
                 return Err(format!(
-                    "option '{option}' needs a value, found option {v:?} \
-                     (write {option}=VALUE for a value that starts with '-')"
-                ));
+                    "option '--limit' wants a number of jobs, at least 1, not {:?}",
+                    gpu_health_core::text::printable(v)
+                ))
             }
-            v
-        }
+        },
     };
-    v.into_string()
-        .map_err(|v| format!("option '{option}': value {v:?} is not UTF-8"))
+    Ok(Args {
+        filter: ReportFilter {
+            job: p.value("job").map(String::from),
+            user: p.value("user").map(String::from),
+            node: p.value("node").map(String::from),
+            since_ms: date(p, "since")?,
+            until_ms: date(p, "until")?,
+        },
+        format: if p.flag("json") {
+            Format::Json
+        } else if p.flag("csv") {
+            Format::Csv
+        } else {
+            Format::Table
+        },
+        dir: p.value("dir").map(PathBuf::from),
+        near_oom: p.flag("near-oom"),
+        power: p.flag("power"),
+        svg: p.value("svg").map(PathBuf::from),
+        limit,
+    })
 }
 
-fn set_format(out: &mut Args, format: Format) -> Result<(), String> {
-    if out.format != Format::Table && out.format != format {
-        return Err("--json and --csv exclude each other".into());
-    }
-    out.format = format;
-    Ok(())
-}
-
+#[cfg(test)]
 fn parse_args(args: &[String]) -> Result<Command, String> {
-    use lexopt::Arg::{Long, Short};
-    let mut out = Args::default();
-    let mut p = lexopt::Parser::from_args(args.iter());
-    while let Some(arg) = p.next().map_err(|e| e.to_string())? {
-        match arg {
-            Long("help") | Short('h') => return Ok(Command::Help),
-            Long("job") => out.filter.job = Some(value(&mut p, "--job")?),
-            Long("user") => out.filter.user = Some(value(&mut p, "--user")?),
-            Long("since") => {
-                let since = parse_since(&value(&mut p, "--since")?)
-                    .map_err(|e| format!("option '--since': {e}"))?;
-                out.filter.since_ms = Some(since);
-            }
-            Long("dir") => out.dir = Some(PathBuf::from(value(&mut p, "--dir")?)),
-            Long("json") => set_format(&mut out, Format::Json)?,
-            Long("csv") => set_format(&mut out, Format::Csv)?,
-            Long("near-oom") => out.near_oom = true,
-            Long("power") => out.power = true,
-            Long("svg") => out.svg = Some(PathBuf::from(value(&mut p, "--svg")?)),
-            _ => return Err(arg.unexpected().to_string()),
-        }
+    match spec::parse(&REPORT, args)? {
+        Outcome::Help => Ok(Command::Help),
+        Outcome::Run(p) => args_of(&p).map(Command::Report),
     }
-    if out.svg.is_some() && !out.power {
-        return Err("--svg goes with --power".into());
-    }
-    if out.power && (out.near_oom || out.format != Format::Table) {
-        return Err(
-            "--power shows a table (and --svg a chart); it takes no --near-oom, --json or --csv"
-                .into(),
-        );
-    }
-    Ok(Command::Report(out))
 }
 
-pub fn run(args: &[String], cfg: &Config) -> i32 {
-    let args = match parse_args(args) {
-        Ok(Command::Help) => {
-            print!("{USAGE}");
-            return 0;
-        }
-        Ok(Command::Report(a)) => a,
-        Err(e) => {
-            eprintln!("gpu-health report: {}\n\n{USAGE}", Term(&e));
-            return 2;
-        }
+/// The command, as `main` runs it.
+pub fn run_parsed(p: &Parsed, start: impl FnOnce() -> RunContext) -> i32 {
+    let args = match args_of(p) {
+        Ok(a) => a,
+        Err(e) => return crate::usage_error(&REPORT, &e),
     };
+    let ctx = start();
+    let config_error = ctx.loaded.error.as_ref().map(|e| e.to_string());
+    if let Some(e) = &config_error {
+        // JSON and CSV stay what tools read; the table says it.
+        if args.format == Format::Table {
+            println!(
+                "configuration error: {} (records_dir of the fallback in force; gpu-health config check)",
+                Term(e)
+            );
+        } else {
+            eprintln!("gpu-health report: configuration error: {}", Term(e));
+        }
+    }
+    let code = report_with(&args, ctx.config());
+    if config_error.is_some() && code == 0 {
+        2
+    } else {
+        code
+    }
+}
+
+/// `report ARGS` with the configuration `cfg` (tests).
+#[cfg(test)]
+pub fn run(args: &[String], cfg: &Config) -> i32 {
+    match parse_args(args) {
+        Ok(Command::Help) => {
+            print!("{}", crate::generate::help(&REPORT));
+            0
+        }
+        Ok(Command::Report(a)) => report_with(&a, cfg),
+        Err(e) => crate::usage_error(&REPORT, &e),
+    }
+}
+
+fn report_with(args: &Args, cfg: &Config) -> i32 {
     let dir = args.dir.clone().unwrap_or_else(|| cfg.records_dir());
     if args.power {
-        return power_report(&dir, &args, cfg);
+        return power_report(&dir, args, cfg);
     }
+    let (filter, limit) = (&args.filter, args.limit);
     // Each format keeps only what it shows of the GPUs (see GpuSink).
     if args.near_oom {
         return match args.format {
-            Format::Json => report::<NearOomGpus>(&dir, &args.filter, near_oom::write_json),
-            Format::Csv => report::<NearOomGpus>(&dir, &args.filter, near_oom::write_csv),
-            Format::Table => report::<NearOomGpus>(&dir, &args.filter, near_oom::write_table),
+            Format::Json => report::<NearOomGpus>(&dir, filter, limit, near_oom::write_json),
+            Format::Csv => report::<NearOomGpus>(&dir, filter, limit, near_oom::write_csv),
+            Format::Table => report::<NearOomGpus>(&dir, filter, limit, near_oom::write_table),
         };
     }
     match args.format {
-        Format::Json => report::<Vec<SummaryGpu>>(&dir, &args.filter, write_json),
-        Format::Csv => report::<GpuCount>(&dir, &args.filter, write_csv),
-        Format::Table => report::<TableGpus>(&dir, &args.filter, write_table),
+        Format::Json => report::<Vec<SummaryGpu>>(&dir, filter, limit, table::write_json),
+        Format::Csv => report::<GpuCount>(&dir, filter, limit, table::write_csv),
+        Format::Table => report::<TableGpus>(&dir, filter, limit, table::write_table),
     }
 }
 
-/// `--power`: the table to stdout, the chart to `--svg`. The racks are
-/// parsed here, the only place that reads `[power]`: a mistake in them is
-/// a configuration error of this command (exit 2), of no other run.
+/// Whether `--svg FILE` can be written: its directory exists and FILE is
+/// not a directory. Asked before anything is printed, so that a mistyped
+/// path fails at once, not after the whole table.
+fn svg_writable(path: &Path) -> Result<(), String> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let shown = || Term(&path.display().to_string()).to_string();
+    if path.file_name().is_none() {
+        return Err(format!("--svg {}: not a file path", shown()));
+    }
+    match std::fs::metadata(parent) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(format!(
+                "--svg {}: {} is not a directory",
+                shown(),
+                parent.display()
+            ))
+        }
+        Err(e) => return Err(format!("--svg {}: its directory: {e}", shown())),
+    }
+    // A symlink there is replaced, never followed; a directory cannot be.
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        return Err(format!("--svg {}: is a directory", shown()));
+    }
+    // SAFETY: a valid NUL-terminated path; access(2) only reads.
+    let c = std::ffi::CString::new(parent.as_os_str().as_encoded_bytes())
+        .map_err(|_| format!("--svg {}: a NUL in the path", shown()))?;
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        return Err(format!(
+            "--svg {}: cannot write in {}: {}",
+            shown(),
+            parent.display(),
+            io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+/// `--power`: the table (or the hourly series per rack as JSON or CSV)
+/// to stdout, the chart to `--svg`. The racks are parsed here, the only
+/// place that reads `[power]`: a mistake in them is a configuration
+/// error of this command (exit 2), of no other run.
 fn power_report(dir: &Path, args: &Args, cfg: &Config) -> i32 {
     let racks = match cfg.power.racks() {
         Ok(racks) => racks,
@@ -172,6 +224,12 @@ fn power_report(dir: &Path, args: &Args, cfg: &Config) -> i32 {
             return 2;
         }
     };
+    if let Some(path) = &args.svg {
+        if let Err(e) = svg_writable(path) {
+            eprintln!("gpu-health report: {e}");
+            return 1;
+        }
+    }
     let read = records::read_energies(dir, &args.filter);
     for e in &read.errors {
         eprintln!("gpu-health report: {}", Term(e));
@@ -179,7 +237,12 @@ fn power_report(dir: &Path, args: &Args, cfg: &Config) -> i32 {
     warn_malformed(read.malformed, dir, filter_narrows(&args.filter));
     let (r, left_out) = power::report(&read, &racks, unix_ms());
     let mut out = BufWriter::new(io::stdout().lock());
-    if let Err(e) = power::write_table(&mut out, &r, left_out).and_then(|()| out.flush()) {
+    let written = match args.format {
+        Format::Table => power::write_table(&mut out, &r, left_out),
+        Format::Json => power_out::write_json(&mut out, &r, left_out),
+        Format::Csv => power_out::write_csv(&mut out, &r),
+    };
+    if let Err(e) = written.and_then(|()| out.flush()) {
         if e.kind() != io::ErrorKind::BrokenPipe {
             eprintln!("gpu-health report: writing the report: {e}");
             return 1;
@@ -219,13 +282,15 @@ fn warn_malformed(malformed: usize, dir: &Path, prechecked: bool) {
     );
 }
 
-/// Reads the jobs, writes them with `write` to stdout; the exit status.
+/// Reads the jobs (the `limit` that ended last), writes them with
+/// `write` to stdout; the exit status.
 fn report<G: GpuSink>(
     dir: &Path,
     filter: &ReportFilter,
+    limit: Option<usize>,
     write: fn(&mut dyn Write, &[JobSummary<G>]) -> io::Result<()>,
 ) -> i32 {
-    let read = records::read_jobs::<G>(dir, filter);
+    let mut read = records::read_jobs::<G>(dir, filter);
     for e in &read.errors {
         eprintln!("gpu-health report: {}", Term(e));
     }
@@ -234,6 +299,11 @@ fn report<G: GpuSink>(
         dir,
         filter_narrows(filter) || G::ONLY_NEAR_OOM,
     );
+    if let Some(n) = limit {
+        // Ordered by their last end: the last `n` ended last.
+        let extra = read.jobs.len().saturating_sub(n);
+        read.jobs.drain(..extra);
+    }
     let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
     match write(&mut out, &read.jobs).and_then(|()| out.flush()) {
         Ok(()) => {}
@@ -252,295 +322,6 @@ fn report<G: GpuSink>(
         return 1;
     }
     0
-}
-
-/// CSV shows no GPU, only how many.
-#[derive(Debug, Default)]
-struct GpuCount(usize);
-
-impl GpuSink for GpuCount {
-    type Part = usize;
-
-    fn part(_node: &str, gpus: Vec<GpuRecord>) -> usize {
-        gpus.len()
-    }
-
-    fn append(&mut self, part: usize) {
-        self.0 += part;
-    }
-
-    fn count(&self) -> usize {
-        self.0
-    }
-}
-
-/// The table's GPU lines of a job, rendered on the parse workers as the
-/// records are read: far less memory than the records for a table of
-/// every job.
-#[derive(Debug, Default)]
-struct TableGpus {
-    count: usize,
-    lines: String,
-}
-
-impl GpuSink for TableGpus {
-    type Part = TableGpus;
-
-    fn part(node: &str, gpus: Vec<GpuRecord>) -> TableGpus {
-        let mut out = TableGpus {
-            count: gpus.len(),
-            lines: String::with_capacity(gpus.len() * 96),
-        };
-        for r in &gpus {
-            let pct = records::memory_pct(r.peak_memory_bytes, r.memory_total_bytes);
-            // Writing to a String cannot fail.
-            let _ = write!(
-                out.lines,
-                "    {} GPU{} {}  {} J  {} W (max {} W)  peak {}",
-                Term(node),
-                r.index,
-                Term(r.pci.as_deref().unwrap_or("-")),
-                Fixed(r.energy_j, 1),
-                Fixed(r.mean_power_w, 1),
-                Fixed(r.peak_power_w, 1),
-                Gib(r.peak_memory_bytes, pct)
-            );
-            for why in [&r.energy_absent_reason, &r.peak_memory_absent_reason]
-                .into_iter()
-                .flatten()
-            {
-                let _ = write!(out.lines, "  [{}]", Term(why));
-            }
-            out.lines.push('\n');
-        }
-        out
-    }
-
-    fn append(&mut self, part: TableGpus) {
-        self.count += part.count;
-        self.lines.push_str(&part.lines);
-    }
-
-    fn count(&self) -> usize {
-        self.count
-    }
-}
-
-/// Text from a record, shown on a terminal: control characters (C0, DEL,
-/// C1) become `?`, so that a record cannot move the cursor, clear the
-/// screen or change colours. Padding (`{:<12}`) applies.
-struct Term<'a>(&'a str);
-
-impl fmt::Display for Term<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Bytes first: C0 and DEL are single bytes, C1 characters start
-        // with 0xC2 in UTF-8; most texts have none of these.
-        let suspect = |b: &u8| *b < 0x20 || *b == 0x7f || *b == 0xc2;
-        if !self.0.as_bytes().iter().any(suspect) || !self.0.chars().any(char::is_control) {
-            return f.pad(self.0);
-        }
-        let shown: String = self
-            .0
-            .chars()
-            .map(|c| if c.is_control() { '?' } else { c })
-            .collect();
-        f.pad(&shown)
-    }
-}
-
-fn opt<T: fmt::Display>(v: Option<T>) -> String {
-    v.map(|v| v.to_string()).unwrap_or_default()
-}
-
-/// Pads `text` when the format asks for a width; writes it as is (no
-/// allocation) otherwise.
-fn pad_with(f: &mut fmt::Formatter<'_>, text: fmt::Arguments<'_>) -> fmt::Result {
-    if f.width().is_some() {
-        f.pad(&text.to_string())
-    } else {
-        f.write_fmt(text)
-    }
-}
-
-/// `{:.N}` of a figure (N = `.1`), the same digits, in integer
-/// arithmetic for what a report has (non-negative, below 2^52, at most 4
-/// places): the general float formatter was most of the cost of a table
-/// of millions of GPU lines. Anything else goes to the formatter.
-struct Dec(f64, usize);
-
-impl fmt::Display for Dec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const SCALE: [u128; 5] = [1, 10, 100, 1_000, 10_000];
-        let (v, places) = (self.0, self.1);
-        let bits = v.to_bits();
-        let biased = ((bits >> 52) & 0x7ff) as i32;
-        // Normal numbers in [2^-70, 2^52): v = mantissa * 2^-shift exactly.
-        if v.is_sign_negative() || places >= SCALE.len() || !(-70..52).contains(&(biased - 1023)) {
-            return write!(f, "{v:.places$}");
-        }
-        let mantissa = u128::from((bits & ((1 << 52) - 1)) | (1 << 52));
-        // 52 minus the exponent: 1..=122, so the shifts below fit u128.
-        let shift = (1075 - biased) as u32;
-        let scaled = mantissa * SCALE[places];
-        let (mut q, rest) = (scaled >> shift, scaled & ((1 << shift) - 1));
-        let half = 1 << (shift - 1);
-        // Round to nearest, ties to even, as the formatter does.
-        if rest > half || (rest == half && q & 1 == 1) {
-            q += 1;
-        }
-        let unit = SCALE[places];
-        // Below 2^52 the integer part fits u64 (printed faster than u128).
-        let (int, frac) = ((q / unit) as u64, (q % unit) as u64);
-        if places == 0 {
-            write!(f, "{int}")
-        } else {
-            write!(f, "{int}.{frac:0places$}")
-        }
-    }
-}
-
-/// A figure with `places` decimals, `-` when absent.
-struct Fixed(Option<f64>, usize);
-
-impl fmt::Display for Fixed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(v) => pad_with(f, format_args!("{}", Dec(v, self.1))),
-            None => f.pad("-"),
-        }
-    }
-}
-
-/// Bytes in GiB, with the share of the GPU's memory when known.
-struct Gib(Option<u64>, Option<f64>);
-
-impl fmt::Display for Gib {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-        match (self.0, self.1) {
-            (Some(b), Some(p)) => {
-                pad_with(f, format_args!("{} GiB ({}%)", Dec(gib(b), 1), Dec(p, 0)))
-            }
-            (Some(b), None) => pad_with(f, format_args!("{} GiB", Dec(gib(b), 1))),
-            _ => f.pad("-"),
-        }
-    }
-}
-
-fn write_json(out: &mut dyn Write, jobs: &[JobSummary]) -> io::Result<()> {
-    serde_json::to_writer_pretty(&mut *out, jobs)?;
-    out.write_all(b"\n")
-}
-
-fn write_table(out: &mut dyn Write, jobs: &[JobSummary<TableGpus>]) -> io::Result<()> {
-    if jobs.is_empty() {
-        return out.write_all(b"no job records\n");
-    }
-    writeln!(
-        out,
-        "{:<12} {:<10} {:>5} {:>4} {:>12} {:>9} {:>8} {:>8} {:>18} {:>9} {:>5} {:>6} {:>6} {:>4}",
-        "JOB",
-        "USER",
-        "NODES",
-        "GPUS",
-        "ENERGY_J",
-        "KWH",
-        "MEAN_W",
-        "PEAK_W",
-        "PEAK_MEM",
-        "ECC_C/U",
-        "REMAP",
-        "NVLINK",
-        "PCIE",
-        "XIDS"
-    )?;
-    for j in jobs {
-        writeln!(
-            out,
-            "{:<12} {:<10} {:>5} {:>4} {:>12} {:>9} {:>8} {:>8} {:>18} {:>9} {:>5} {:>6} {:>6} {:>4}",
-            Term(&j.job_id),
-            Term(j.user.as_deref().unwrap_or("-")),
-            j.nodes.len(),
-            j.gpus.count,
-            Fixed(j.energy_j, 1),
-            Fixed(j.energy_kwh, 4),
-            Fixed(j.mean_power_w, 1),
-            Fixed(j.peak_power_w, 1),
-            Gib(j.peak_memory_bytes, j.peak_memory_pct),
-            format!("{}/{}", j.ecc_corrected_delta, j.ecc_uncorrected_delta),
-            j.remapped_correctable_delta
-                .saturating_add(j.remapped_uncorrectable_delta),
-            j.nvlink_errors_delta,
-            j.pcie_replay_delta,
-            j.xid_events
-        )?;
-        out.write_all(j.gpus.lines.as_bytes())?;
-        if j.gpus_without_energy > 0 {
-            writeln!(
-                out,
-                "    note: {} GPU(s) without an energy figure; the sum is a lower bound",
-                j.gpus_without_energy
-            )?;
-        }
-        if !j.start_snapshot_missing.is_empty() {
-            writeln!(
-                out,
-                "    note: no start snapshot on {}",
-                Term(&j.start_snapshot_missing.join(","))
-            )?;
-        }
-        for d in &j.drained {
-            writeln!(out, "    drained {}", Term(d))?;
-        }
-    }
-    Ok(())
-}
-
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
-fn write_csv(out: &mut dyn Write, jobs: &[JobSummary<GpuCount>]) -> io::Result<()> {
-    out.write_all(
-        b"job_id,user,partition,nodes,gpus,start,end,duration_s,energy_j,energy_kwh,gpus_without_energy,\
-         mean_power_w,peak_power_w,peak_memory_bytes,peak_memory_pct,ecc_corrected_delta,ecc_uncorrected_delta,\
-         remapped_correctable_delta,remapped_uncorrectable_delta,nvlink_errors_delta,pcie_replay_delta,\
-         xid_events,drained\n",
-    )?;
-    for j in jobs {
-        let fields = [
-            j.job_id.clone(),
-            opt(j.user.as_deref()),
-            opt(j.partition.as_deref()),
-            j.nodes.join(" "),
-            j.gpus.count().to_string(),
-            opt(j.start_ms.map(format_utc_ms)),
-            format_utc_ms(j.end_ms),
-            opt(j.duration_s),
-            opt(j.energy_j),
-            opt(j.energy_kwh),
-            j.gpus_without_energy.to_string(),
-            opt(j.mean_power_w),
-            opt(j.peak_power_w),
-            opt(j.peak_memory_bytes),
-            opt(j.peak_memory_pct.map(|p| format!("{p:.2}"))),
-            j.ecc_corrected_delta.to_string(),
-            j.ecc_uncorrected_delta.to_string(),
-            j.remapped_correctable_delta.to_string(),
-            j.remapped_uncorrectable_delta.to_string(),
-            j.nvlink_errors_delta.to_string(),
-            j.pcie_replay_delta.to_string(),
-            j.xid_events.to_string(),
-            j.drained.join("; "),
-        ];
-        let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
-        writeln!(out, "{}", line.join(","))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -8,87 +8,48 @@
 //! user controls): only the GPUs the job owns by the Prolog's record of
 //! job ID are reported, and nothing without that record.
 
-use std::path::PathBuf;
-
 use gpu_health_core::ids::JobId;
 use gpu_health_core::run::step_end::{self, EndedStep};
-use gpu_health_core::run::{RunContext, StateAccess};
+use gpu_health_core::run::RunContext;
 use gpu_health_core::verdict::parse_gpu_list;
-use lexopt::ValueExt;
 
-const USAGE: &str =
-    "usage: gpu-health step-end --gpus LIST --since-ms MS [--job ID] [--step NAME] [--config FILE]";
+use crate::spec::Parsed;
 
-pub fn run(args: &[String]) -> i32 {
-    let (step, config) = match parse(args) {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            println!(
-                "{USAGE}\n\nRun by the SPANK plugin when a step's last task on this node has ended:\n\
-                 prints one line for the job's user when one of the step's GPUs (node indices,\n\
-                 e.g. 0,2-3) came near out of memory since MS (Unix ms), nothing otherwise.\n\
-                 Only GPUs that job ID owns by the Prolog's record (its verdict in state_dir)\n\
-                 are reported; without --job or that record, none. Drains nothing and stores\n\
-                 nothing."
-            );
-            return 0;
-        }
-        Err(e) => return crate::usage_error("step-end", e, USAGE),
+pub fn run(p: &Parsed, start: impl FnOnce() -> RunContext) -> i32 {
+    let step = match step_of(p) {
+        Ok(s) => s,
+        Err(e) => return crate::usage_error(&crate::commands::STEP_END, &e),
     };
-    let ctx = RunContext::start(
-        |k| std::env::var(k).ok(),
-        config.as_deref(),
-        StateAccess::Read,
-    );
+    let ctx = start();
     if let Some(notice) = step_end::run(&ctx, &step) {
         println!("{notice}");
     }
     0
 }
 
-type Parsed = (EndedStep, Option<PathBuf>);
-
-/// `Ok(None)` for --help.
-fn parse(args: &[String]) -> Result<Option<Parsed>, lexopt::Error> {
-    use lexopt::Arg::{Long, Short};
-    let custom = |e: String| lexopt::Error::Custom(e.into());
-    let mut parser = lexopt::Parser::from_args(args);
-    let (mut gpus, mut since_ms, mut job_id, mut name, mut config) = (None, None, None, None, None);
-    while let Some(arg) = parser.next()? {
-        match arg {
-            Long("gpus") => {
-                let v = parser.value()?.string()?;
-                gpus = Some(parse_gpu_list(&v).map_err(custom)?);
-            }
-            Long("since-ms") => since_ms = Some(parser.value()?.parse::<u64>()?),
-            Long("job") => {
-                let v = parser.value()?.string()?;
-                job_id = Some(JobId::parse(&v).map_err(|e| custom(e.to_string()))?);
-            }
-            Long("step") => name = Some(parser.value()?.string()?),
-            Long("config") => config = Some(PathBuf::from(parser.value()?)),
-            Long("help") | Short('h') => return Ok(None),
-            other => return Err(other.unexpected()),
-        }
-    }
-    let missing = |what: &str| lexopt::Error::MissingValue {
-        option: Some(what.into()),
-    };
-    let gpus = gpus.ok_or_else(|| missing("--gpus"))?;
-    let since_ms = since_ms.ok_or_else(|| missing("--since-ms"))?;
-    let step = name.unwrap_or_else(|| match job_id {
-        Some(j) => format!("of job {j}"),
-        None => "?".into(),
-    });
-    Ok(Some((
-        EndedStep {
-            job_id,
-            step,
-            gpus,
-            since_ms,
+/// The ended step the options describe.
+fn step_of(p: &Parsed) -> Result<EndedStep, String> {
+    let gpus = parse_gpu_list(p.value("gpus").unwrap_or_default())
+        .map_err(|e| format!("option '--gpus': {e}"))?;
+    let since_ms = p.parsed::<u64>("since-ms")?.unwrap_or_default();
+    let job_id = p
+        .value("job")
+        .map(JobId::parse)
+        .transpose()
+        .map_err(|e| format!("option '--job': {e}"))?;
+    let step = p.value("step").map_or_else(
+        || match job_id {
+            Some(j) => format!("of job {j}"),
+            None => "?".into(),
         },
-        config,
-    )))
+        str::to_string,
+    );
+    Ok(EndedStep {
+        job_id,
+        step,
+        gpus,
+        since_ms,
+    })
 }
 
 #[cfg(test)]
@@ -97,6 +58,16 @@ mod tests {
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// The step and `--config` of a command line; `Ok(None)` for --help.
+    fn parse(a: &[String]) -> Result<Option<(EndedStep, Option<String>)>, String> {
+        match crate::spec::parse(&crate::commands::STEP_END, a)? {
+            crate::spec::Outcome::Help => Ok(None),
+            crate::spec::Outcome::Run(p) => {
+                Ok(Some((step_of(&p)?, p.value("config").map(String::from))))
+            }
+        }
     }
 
     #[test]

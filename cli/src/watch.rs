@@ -1,32 +1,24 @@
 //! `gpu-health watch [-l N] [--count K] [--csv | --json]`: the columns
-//! admins read with `nvidia-smi --query-gpu=index,name,power.draw,
-//! power.limit,temperature.gpu,fan.speed --format=csv -l 5`, plus the
-//! health of each GPU as gpu-health judges it, every N seconds, through
-//! the prolog's own probe, deadline and checks (read only: nothing is
-//! drained, no cursor moves). Ctrl-C ends it after the current refresh.
+//! admins read with `nvidia-smi --query-gpu=timestamp,index,name,
+//! utilization.gpu,memory.used,memory.total,power.draw,power.limit,
+//! temperature.gpu,fan.speed --format=csv -l 5`, plus the health of each
+//! GPU as gpu-health judges it, every N seconds, through the prolog's own
+//! probe, deadline and checks (read only: nothing is drained, no cursor
+//! moves). Ctrl-C ends it after the current refresh.
+
+mod render;
 
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use gpu_health_core::finding::{Action, Finding};
 use gpu_health_core::probe::ProbeOptions;
+use gpu_health_core::records::describe_nvml_failure;
 use gpu_health_core::run::{node_check, RunContext};
-use gpu_health_core::snapshot::GpuSnapshot;
-use gpu_health_core::text::printable;
-use serde_json::{Map, Value};
 
-const USAGE: &str = "usage: gpu-health watch [-l SECONDS] [--count N] [--csv | --json]";
-/// The header `nvidia-smi --format=csv` prints for these columns, and ours.
-pub const CSV_HEADER: &str =
-    "index, name, power.draw [W], power.limit [W], temperature.gpu, fan.speed [%], health";
+use crate::spec::Parsed;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Format {
-    Table,
-    Csv,
-    Json,
-}
+use render::{Format, Refresh};
 
 struct Options {
     interval: Duration,
@@ -40,19 +32,12 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-/// Exit 0 after the last refresh (or Ctrl-C), 2 on a usage error.
-pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
-    let opts = match parse_args(args) {
-        Ok(Some(o)) => o,
-        Ok(None) => {
-            println!(
-                "{USAGE}\n\nThe GPUs' power, temperature and fan, and their health as gpu-health judges it,\n\
-                 every SECONDS (default 5) until Ctrl-C or N refreshes, through the prolog's probe.\n  \
-                 --csv   nvidia-smi's CSV columns (with its header) plus health\n  --json  one JSON object per GPU and refresh"
-            );
-            return 0;
-        }
-        Err(e) => return crate::usage_error("watch", e, USAGE),
+/// Exit 0 after the last refresh (or Ctrl-C) when every refresh reached
+/// NVML, 1 when one did not, 2 on a usage or configuration error.
+pub fn run(p: &Parsed, start: impl FnOnce() -> RunContext) -> i32 {
+    let opts = match options(p) {
+        Ok(o) => o,
+        Err(e) => return crate::usage_error(&crate::commands::WATCH, &e),
     };
     // SAFETY: installing a handler that only stores to an atomic.
     unsafe {
@@ -60,24 +45,37 @@ pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
     let ctx = start();
-    let colour = opts.format == Format::Table
-        && std::io::stdout().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none();
+    let terminal = opts.format == Format::Table && std::io::stdout().is_terminal();
+    let colour = terminal && std::env::var_os("NO_COLOR").is_none();
+    let config_error = ctx.loaded.error.as_ref().map(|e| e.to_string());
     let mut out = std::io::stdout().lock();
     let mut done = 0u64;
-    if opts.format == Format::Csv && writeln!(out, "{CSV_HEADER}").is_err() {
+    let mut nvml_failed = false;
+    let head = render::head(opts.format, config_error.as_deref());
+    if out.write_all(head.as_bytes()).is_err() {
         return 0;
     }
     while !STOP.load(Ordering::SeqCst) {
         let began = Instant::now();
         let check = node_check::check_node(&ctx, ProbeOptions::default());
-        let text = refresh(
-            &check.snapshot.gpus,
-            &check.findings,
-            check.snapshot.nvml_error.as_ref().map(|e| format!("{e:?}")),
-            opts.format,
+        let nvml_error = check
+            .snapshot
+            .nvml_error
+            .as_ref()
+            .map(describe_nvml_failure);
+        nvml_failed |= nvml_error.is_some();
+        let text = render::refresh(&Refresh {
+            node: ctx.node.as_str(),
+            gpus: &check.snapshot.gpus,
+            findings: &check.findings,
+            nvml_error: nvml_error.as_deref(),
+            config_error: config_error.as_deref(),
+            format: opts.format,
             colour,
-        );
+            redraw: terminal.then_some(done == 0),
+            interval: opts.interval,
+            now_ms: gpu_health_core::time::unix_ms(),
+        });
         if out
             .write_all(text.as_bytes())
             .and_then(|()| out.flush())
@@ -98,202 +96,99 @@ pub fn run(args: &[String], start: impl FnOnce() -> RunContext) -> i32 {
             );
         }
     }
-    0
-}
-
-/// One refresh in `format`.
-fn refresh(
-    gpus: &[GpuSnapshot],
-    findings: &[Finding],
-    nvml_error: Option<String>,
-    format: Format,
-    colour: bool,
-) -> String {
-    let time = gpu_health_core::time::format_utc_ms(gpu_health_core::time::unix_ms());
-    let mut s = String::new();
-    if format == Format::Table {
-        s.push_str(&format!(
-            "{time}\n{:<5} {:<26} {:>10} {:>10} {:>6} {:>5}  HEALTH\n",
-            "GPU", "NAME", "POWER", "LIMIT", "TEMP", "FAN"
-        ));
-    }
-    if let Some(e) = &nvml_error {
-        match format {
-            Format::Json => {
-                let mut m = Map::new();
-                m.insert("time".into(), time.clone().into());
-                m.insert("nvml_error".into(), e.clone().into());
-                s.push_str(&format!("{}\n", Value::Object(m)));
-            }
-            _ => s.push_str(&format!("# NVML did not answer: {}\n", printable(e))),
-        }
-    }
-    for g in gpus {
-        let health = health(g, findings);
-        let watts = |mw: Option<u32>| mw.map(|v| f64::from(v) / 1000.0);
-        let name = printable(g.name.as_deref().unwrap_or("-")).into_owned();
-        match format {
-            Format::Csv => s.push_str(&format!(
-                "{}, {name}, {}, {}, {}, {}, {}\n",
-                g.index,
-                na(watts(g.power_usage_mw).map(|w| format!("{w:.2} W"))),
-                na(watts(g.power_limit_mw).map(|w| format!("{w:.2} W"))),
-                na(g.temperature_c.map(|t| t.to_string())),
-                na(g.fan_speed_pct.map(|f| format!("{f} %"))),
-                health.text
-            )),
-            Format::Json => {
-                let mut m = Map::new();
-                m.insert("time".into(), time.clone().into());
-                m.insert("index".into(), g.index.into());
-                m.insert("name".into(), g.name.clone().into());
-                m.insert("pci".into(), g.pci_bus_id.clone().into());
-                m.insert("power_draw_w".into(), watts(g.power_usage_mw).into());
-                m.insert("power_limit_w".into(), watts(g.power_limit_mw).into());
-                m.insert("temperature_c".into(), g.temperature_c.into());
-                m.insert("fan_speed_pct".into(), g.fan_speed_pct.into());
-                m.insert("health".into(), health.level.into());
-                m.insert("findings".into(), health.checks.clone().into());
-                s.push_str(&format!("{}\n", Value::Object(m)));
-            }
-            Format::Table => {
-                let text = if colour {
-                    let code = match health.level {
-                        "ok" => "32",
-                        "warn" => "33",
-                        _ => "31",
-                    };
-                    format!("\x1b[{code}m{}\x1b[0m", health.text)
-                } else {
-                    health.text.clone()
-                };
-                s.push_str(&format!(
-                    "{:<5} {:<26} {:>10} {:>10} {:>6} {:>5}  {text}\n",
-                    g.index,
-                    name,
-                    na(watts(g.power_usage_mw).map(|w| format!("{w:.1} W"))),
-                    na(watts(g.power_limit_mw).map(|w| format!("{w:.0} W"))),
-                    na(g.temperature_c.map(|t| format!("{t} C"))),
-                    na(g.fan_speed_pct.map(|f| format!("{f}%"))),
-                ));
-            }
-        }
-    }
-    s
-}
-
-/// nvidia-smi writes `[N/A]` for what the board does not report.
-fn na(v: Option<String>) -> String {
-    v.unwrap_or_else(|| "[N/A]".into())
-}
-
-struct Health {
-    level: &'static str,
-    text: String,
-    checks: Vec<String>,
-}
-
-/// The GPU's worst finding (node-wide ones count for every GPU).
-fn health(g: &GpuSnapshot, findings: &[Finding]) -> Health {
-    let mine: Vec<&Finding> = findings
-        .iter()
-        .filter(|f| f.gpu.is_none_or(|i| i == g.index) && f.action > Action::Info)
-        .collect();
-    let worst = mine.iter().map(|f| f.action).max();
-    let level = if g.lost {
-        "fatal"
+    if config_error.is_some() {
+        2
     } else {
-        worst.map_or("ok", Action::severity)
-    };
-    let mut checks: Vec<String> = mine.iter().map(|f| f.check.clone()).collect();
-    checks.dedup();
-    if g.lost && !checks.iter().any(|c| c == "gpu-lost") {
-        checks.insert(0, "gpu-lost".into());
-    }
-    let text = if checks.is_empty() {
-        level.to_string()
-    } else {
-        format!("{level}: {}", checks.join(" "))
-    };
-    Health {
-        level,
-        text,
-        checks,
+        i32::from(nvml_failed)
     }
 }
 
-fn parse_args(args: &[String]) -> Result<Option<Options>, lexopt::Error> {
-    use lexopt::prelude::*;
+const MIN_INTERVAL_S: f64 = 0.1;
+const MAX_INTERVAL_S: f64 = 86_400.0;
+
+fn options(p: &Parsed) -> Result<Options, String> {
     let mut opts = Options {
         interval: Duration::from_secs(5),
         count: None,
-        format: Format::Table,
+        format: if p.flag("csv") {
+            Format::Csv
+        } else if p.flag("json") {
+            Format::Json
+        } else {
+            Format::Table
+        },
     };
-    let mut parser = lexopt::Parser::from_args(args);
-    while let Some(arg) = parser.next()? {
-        match arg {
-            Short('l') | Long("loop") => {
-                let secs: f64 = parser.value()?.parse()?;
-                if !(0.1..=86_400.0).contains(&secs) {
-                    return Err("-l wants seconds in 0.1..=86400".into());
-                }
-                opts.interval = Duration::from_secs_f64(secs);
+    if let Some(v) = p.value("loop") {
+        let secs = v
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && (MIN_INTERVAL_S..=MAX_INTERVAL_S).contains(s));
+        let Some(secs) = secs else {
+            return Err(format!(
+                "option '-l, --loop' wants a number of seconds from {MIN_INTERVAL_S} to \
+                 {MAX_INTERVAL_S}, not {:?}",
+                gpu_health_core::text::printable(v)
+            ));
+        };
+        opts.interval = Duration::from_secs_f64(secs);
+    }
+    if let Some(v) = p.value("count") {
+        match v.trim().parse::<u64>() {
+            Ok(n) if n >= 1 => opts.count = Some(n),
+            _ => {
+                return Err(format!(
+                    "option '--count' wants a number of refreshes, at least 1, not {:?}",
+                    gpu_health_core::text::printable(v)
+                ))
             }
-            Long("count") => {
-                let n: u64 = parser.value()?.parse()?;
-                if n == 0 {
-                    return Err("--count wants at least 1".into());
-                }
-                opts.count = Some(n);
-            }
-            Long("csv") => opts.format = Format::Csv,
-            Long("json") => opts.format = Format::Json,
-            Long("help") | Short('h') => return Ok(None),
-            other => return Err(other.unexpected()),
         }
     }
-    Ok(Some(opts))
+    Ok(opts)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::{parse, Outcome};
 
-    fn a(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
+    fn opts(v: &[&str]) -> Result<Options, String> {
+        let args: Vec<String> = v.iter().map(|s| s.to_string()).collect();
+        match parse(&crate::commands::WATCH, &args)? {
+            Outcome::Run(p) => options(&p),
+            Outcome::Help => Err("help".into()),
+        }
     }
 
     #[test]
     fn arguments() {
-        let o = parse_args(&a(&["-l", "2", "--count", "3", "--csv"]))
-            .unwrap()
-            .unwrap();
+        let o = opts(&["-l", "2", "--count", "3", "--csv"]).unwrap();
         assert_eq!(
             (o.interval, o.count, o.format),
             (Duration::from_secs(2), Some(3), Format::Csv)
         );
-        assert!(parse_args(&a(&["-l", "0"])).is_err());
-        assert!(parse_args(&a(&["--count", "0"])).is_err());
-        assert!(parse_args(&a(&["--bogus"])).is_err());
+        assert!(opts(&["--count", "0"]).is_err());
+        assert!(opts(&["--bogus"]).is_err());
+        assert!(opts(&["-l", "nan"]).is_err());
     }
 
+    /// Issue 24: `-l 0` answered with a Rust range (`0.1..=86400`).
     #[test]
-    fn health_names_the_worst_check() {
-        let g = GpuSnapshot {
-            index: 2,
-            ..GpuSnapshot::default()
-        };
-        let pcie = Finding::gpu("pcie-link", Action::Warn, 2, None, "s".into(), "m".into());
-        let other = Finding::gpu(
-            "ecc-uncorrected",
-            Action::Drain,
-            3,
-            None,
-            "s".into(),
-            "m".into(),
+    fn a_bad_interval_is_told_in_words() {
+        let e = opts(&["-l", "0"]).err().unwrap();
+        assert_eq!(
+            e,
+            "option '-l, --loop' wants a number of seconds from 0.1 to 86400, not \"0\""
         );
-        let h = health(&g, &[pcie, other]);
-        assert_eq!((h.level, h.text.as_str()), ("warn", "warn: pcie-link"));
-        assert_eq!(health(&g, &[]).text, "ok");
+        assert!(!e.contains("..="));
+    }
+
+    /// Issue 24: `--json --csv` was accepted (the last won).
+    #[test]
+    fn formats_exclude_each_other() {
+        assert_eq!(
+            opts(&["--json", "--csv"]).err().unwrap(),
+            "--json and --csv exclude each other"
+        );
     }
 }

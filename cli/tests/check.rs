@@ -9,11 +9,13 @@ fn check(scenario_name: &str, config_extra: &str, args: &[&str]) -> (i32, String
     let node = SimNode::new(scenario_name);
     let cfg = node.write_config(config_extra);
     output(
-        Command::new(env!("CARGO_BIN_EXE_gpu-health"))
-            .arg("check")
-            .args(args)
-            .env_clear()
-            .env("GPU_HEALTH_CONFIG", &cfg),
+        Command::new(gpu_health_testkit::program(env!(
+            "CARGO_BIN_EXE_gpu-health"
+        )))
+        .arg("check")
+        .args(args)
+        .env_clear()
+        .env("GPU_HEALTH_CONFIG", &cfg),
     )
 }
 
@@ -46,7 +48,8 @@ fn json_lists_findings() {
     assert_eq!(f[0]["check"], "ecc-uncorrected");
     assert_eq!(f[0]["gpu"], 3);
     assert_eq!(v["gpus"].as_array().unwrap().len(), 8);
-    assert_eq!(v["worst"], "fatal");
+    // Issue 24: one vocabulary, the action itself (was "fatal").
+    assert_eq!(v["worst"], "drain");
 }
 
 #[test]
@@ -96,10 +99,14 @@ fn npd_mode_on_shipped_scenarios() {
             "{s}: {out}"
         );
     }
+    // Issue 24: the line says where the error is (was: "the
+    // configuration has an error").
     let (got, out, _) = check("h100x8-healthy", "thresholds = 3\n", &["--npd"]);
-    assert_eq!(
-        (got, out.trim()),
-        (2, "gpu-health: unknown, the configuration has an error")
+    assert_eq!(got, 2);
+    assert!(
+        out.trim()
+            .starts_with("gpu-health: unknown, configuration error in gpu-health.toml line "),
+        "{out}"
     );
 }
 

@@ -78,13 +78,17 @@ fn health_check_refreshes_the_live_power_in_the_textfile() {
     );
     assert_eq!(code, 0, "{out}{err}");
     let text = std::fs::read_to_string(&prom).unwrap();
-    // GPU 2 of the scenario draws 698 W of its 700 W limit.
+    gpu_health_testkit::promtool_check_metrics(&text);
+    // GPU 2 of the scenario draws 698 W of its 700 W limit; issue 24 added
+    // its uuid and PCI address to the labels.
+    let gpu2 =
+        "gpu=\"2\",uuid=\"GPU-3641e8fa-fd0a-e76c-f87c-4b1401dc7f24\",pci_bus_id=\"0000:3a:00.0\"";
     assert!(
-        text.contains("gpu_health_gpu_power_watts{gpu=\"2\"} 698"),
+        text.contains(&format!("gpu_health_gpu_power_watts{{{gpu2}}} 698\n")),
         "{text}"
     );
     assert!(
-        text.contains("gpu_health_gpu_power_limit_watts{gpu=\"2\"} 700"),
+        text.contains(&format!("gpu_health_gpu_power_limit_watts{{{gpu2}}} 700\n")),
         "{text}"
     );
     assert!(text.contains("gpu_health_node_gpu_power_watts "), "{text}");

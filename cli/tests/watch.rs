@@ -27,11 +27,13 @@ fn scenario_values(name: &str) -> Vec<(f64, u64)> {
 fn watch(node: &SimNode, args: &[&str]) -> (i32, String, String) {
     let cfg = node.write_config("");
     output(
-        Command::new(env!("CARGO_BIN_EXE_gpu-health"))
-            .arg("watch")
-            .args(args)
-            .env_clear()
-            .env("GPU_HEALTH_CONFIG", &cfg),
+        Command::new(gpu_health_testkit::program(env!(
+            "CARGO_BIN_EXE_gpu-health"
+        )))
+        .arg("watch")
+        .args(args)
+        .env_clear()
+        .env("GPU_HEALTH_CONFIG", &cfg),
     )
 }
 
@@ -41,9 +43,12 @@ fn csv_has_nvidia_smis_columns_and_the_scenarios_values() {
     let (code, out, err) = watch(&node, &["--csv", "-l", "0.2", "--count", "2"]);
     assert_eq!(code, 0, "{err}");
     let lines: Vec<&str> = out.lines().collect();
+    // Issue 24: nvidia-smi's timestamp, utilization.gpu, memory.used and
+    // memory.total columns, same names and units.
     assert_eq!(
         lines[0],
-        "index, name, power.draw [W], power.limit [W], temperature.gpu, fan.speed [%], health"
+        "timestamp, index, name, utilization.gpu [%], memory.used [MiB], memory.total [MiB], \
+         power.draw [W], power.limit [W], temperature.gpu, fan.speed [%], health"
     );
     assert_eq!(
         lines.len(),
@@ -52,8 +57,22 @@ fn csv_has_nvidia_smis_columns_and_the_scenarios_values() {
     );
     for (i, (watts, temp)) in scenario_values("h100x8-pcie-degraded").iter().enumerate() {
         let health = if i == 2 { "warn: pcie-link" } else { "ok" };
+        let f: Vec<&str> = lines[1 + i].split(", ").collect();
+        assert_eq!(f.len(), 11, "{}", lines[1 + i]);
+        // nvidia-smi's `2024/05/01 12:00:00.123`.
+        assert!(
+            f[0].len() == 23 && f[0].as_bytes()[4] == b'/' && f[0].as_bytes()[19] == b'.',
+            "{}",
+            f[0]
+        );
+        assert!(f[3].ends_with(" %") && f[4].ends_with(" MiB") && f[5].ends_with(" MiB"));
         assert_eq!(
-            lines[1 + i],
+            f[1..3]
+                .iter()
+                .chain(&f[6..])
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", "),
             format!("{i}, NVIDIA H100 80GB HBM3, {watts:.2} W, 700.00 W, {temp}, [N/A], {health}")
         );
     }
@@ -63,6 +82,70 @@ fn csv_has_nvidia_smis_columns_and_the_scenarios_values() {
         .collect();
     assert_eq!(degraded.len(), 2, "one GPU warns in each refresh\n{out}");
     assert!(!out.contains('\x1b'), "no colour without a terminal");
+}
+
+/// Issue 24: NVML's failure was Rust debug text in the CSV
+/// (`Timeout { deadline_ms: 2000 }`) and the exit was 0.
+#[test]
+fn nvml_failures_are_sentences_and_exit_1() {
+    let node = SimNode::new("nvml-hang");
+    let (code, out, err) = watch(&node, &["--csv", "--count", "1"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("# ")
+                && l.ends_with(": NVML: NVML did not answer within 1500 ms")),
+        "{out}"
+    );
+    assert!(!out.contains("{ ") && !out.contains("Timeout"), "{out}");
+    let (code, out, _) = watch(&node, &["--json", "--count", "1"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(v["nvml_error"], "NVML did not answer within 1500 ms");
+}
+
+/// Issue 24: the lost GPU's row says so, the others stay ok, and the
+/// node's finding (the GPU count) is a line of its own.
+#[test]
+fn a_lost_gpu_marks_its_own_row_only() {
+    let node = SimNode::new("h100x8-fallen-off");
+    let (code, out, err) = watch(&node, &["--count", "1"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with(char::is_numeric) && l.len() > 4 && l.as_bytes()[1] == b' ')
+        .collect();
+    assert_eq!(rows.len(), 8, "{out}");
+    assert_eq!(
+        rows.iter().filter(|l| l.ends_with("  ok")).count(),
+        7,
+        "{out}"
+    );
+    assert!(rows[5].ends_with("drain: gpu-lost"), "{out}");
+    assert!(out.contains("\nnode: drain: gpu-count: "), "{out}");
+    assert!(!out.contains("fatal"), "{out}");
+}
+
+/// Issue 24: a configuration error is in watch's own output, not only on
+/// stderr.
+#[test]
+fn a_configuration_error_is_in_the_output() {
+    let node = SimNode::new("h100x8-healthy");
+    let cfg = node.write_config("[dcgm]\nlevle = 2\n");
+    let (code, out, _) = output(
+        Command::new(gpu_health_testkit::program(env!(
+            "CARGO_BIN_EXE_gpu-health"
+        )))
+        .args(["watch", "--csv", "--count", "1"])
+        .env_clear()
+        .env("GPU_HEALTH_CONFIG", &cfg),
+    );
+    assert_eq!(code, 2, "{out}");
+    let second = out.lines().nth(1).unwrap_or("");
+    assert!(
+        second.starts_with("# configuration error: ") && second.contains("in [dcgm]: levle = 2"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -75,7 +158,8 @@ fn json_lines_and_a_fatal_gpu() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(rows.len(), 8);
-    assert_eq!(rows[3]["health"], "fatal");
+    // Issue 24: one vocabulary, the action itself (was "fatal").
+    assert_eq!(rows[3]["health"], "drain");
     assert_eq!(rows[3]["findings"], serde_json::json!(["ecc-uncorrected"]));
     assert_eq!(rows[0]["health"], "ok");
     let (watts, temp) = scenario_values("h100x8-dbe")[0];

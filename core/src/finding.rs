@@ -21,6 +21,9 @@ impl Action {
         matches!(self, Action::Drain | Action::DrainUntilClean)
     }
 
+    /// The one word for the action, everywhere gpu-health shows it: the
+    /// commands' tables and JSON, the logs, the drain reason and the
+    /// metrics (`info`, `warn`, `drain-until-clean`, `drain`).
     pub fn as_str(self) -> &'static str {
         match self {
             Action::Info => "info",
@@ -30,13 +33,18 @@ impl Action {
         }
     }
 
-    /// Severity word used in tables and docs.
-    pub fn severity(self) -> &'static str {
-        match self {
-            Action::Info => "info",
-            Action::Warn => "warn",
-            Action::DrainUntilClean | Action::Drain => "fatal",
-        }
+    /// Every action, mildest first.
+    pub const ALL: [Action; 4] = [
+        Action::Info,
+        Action::Warn,
+        Action::DrainUntilClean,
+        Action::Drain,
+    ];
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
     }
 }
 

@@ -68,6 +68,20 @@ pub enum NvmlFailure {
     ProbeCrashed { detail: String },
 }
 
+impl std::fmt::Display for NvmlFailure {
+    /// A sentence for logs, records and the terminal.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NvmlFailure::LibraryMissing { detail } => write!(f, "NVML library missing: {detail}"),
+            NvmlFailure::InitFailed { detail } => write!(f, "NVML init failed: {detail}"),
+            NvmlFailure::Timeout { deadline_ms } => {
+                write!(f, "NVML did not answer within {deadline_ms} ms")
+            }
+            NvmlFailure::ProbeCrashed { detail } => write!(f, "NVML probe crashed: {detail}"),
+        }
+    }
+}
+
 /// How two GPUs reach each other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -97,6 +111,10 @@ pub struct GpuSnapshot {
     pub query_errors: Vec<String>,
     pub memory_total_bytes: Option<u64>,
     pub memory_used_bytes: Option<u64>,
+    /// Percent of the last sample period the GPU ran a kernel
+    /// (nvidia-smi's `utilization.gpu`).
+    #[serde(default)]
+    pub utilization_gpu_pct: Option<u32>,
     pub temperature_c: Option<u32>,
     /// Percent of the fan's maximum; `None` where the board has no fan of
     /// its own (SXM) or NVML does not say.

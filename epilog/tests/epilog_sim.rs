@@ -212,16 +212,21 @@ fn energy_and_peak_memory_of_a_job() {
         "verdict removed"
     );
     let prom = std::fs::read_to_string(node.path("gpu-health.prom")).unwrap();
+    gpu_health_testkit::promtool_check_metrics(&prom);
+    // Issue 24: `slurm_job_id` (not Prometheus's own `job`) and the GPU's
+    // uuid and PCI address.
     assert!(
-        prom.contains("gpu_health_job_gpu_energy_joules{job=\"101\",user=\"alice\",gpu=\"5\"}"),
+        prom.contains(
+            "gpu_health_job_gpu_energy_joules{slurm_job_id=\"101\",user=\"alice\",gpu=\"5\",uuid=\"GPU-"
+        ),
         "{prom}"
     );
     // The node's power as the epilog's probe saw it, every GPU.
     assert!(
-        prom.contains(&format!(
-            "gpu_health_gpu_power_watts{{gpu=\"5\"}} {}",
-            draw_w(&s, 5)
-        )),
+        prom.lines().any(
+            |l| l.starts_with("gpu_health_gpu_power_watts{gpu=\"5\",uuid=\"GPU-")
+                && l.ends_with(&format!("}} {}", draw_w(&s, 5)))
+        ),
         "{prom}"
     );
     let total: f64 = (0..8).map(|i| draw_w(&s, i)).sum();
@@ -272,8 +277,12 @@ fn eight_epilogs_ending_at_once_leave_eight_records() {
         assert!(r["gpus"][0]["energy_j"].as_f64().unwrap() > 0.0);
     }
     let prom = std::fs::read_to_string(node.path("gpu-health.prom")).unwrap();
+    gpu_health_testkit::promtool_check_metrics(&prom);
     for i in 0..8 {
-        assert!(prom.contains(&format!("job=\"{}\"", 300 + i)), "{prom}");
+        assert!(
+            prom.contains(&format!("slurm_job_id=\"{}\"", 300 + i)),
+            "{prom}"
+        );
     }
 }
 

@@ -102,7 +102,7 @@ fn node_name(spank: &Spank) -> NodeName {
 /// The same loader as the prolog's (drop-in, `%n`), so both find the
 /// same state directory.
 fn load_config(args: &PluginArgs, node: &NodeName) -> Config {
-    let loaded = config::load_for_node(args.config.as_deref(), node);
+    let loaded = config::load_for_node(args.config.as_deref(), node, |k| std::env::var(k).ok());
     if let Some(line) = loaded.error_line() {
         spank::error(&line);
     }

@@ -217,3 +217,30 @@ pub fn output(cmd: &mut Command) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// Check a Prometheus textfile with `promtool check metrics` (Debian's
+/// `prometheus` package; ./ci/test installs it): the format and
+/// Prometheus's naming rules. Panics with promtool's words.
+pub fn promtool_check_metrics(text: &str) {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (apt-get install prometheus; ./ci/test installs it)");
+    child
+        .stdin
+        .take()
+        .expect("promtool's stdin")
+        .write_all(text.as_bytes())
+        .expect("write to promtool");
+    let out = child.wait_with_output().expect("promtool");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -7,7 +7,7 @@ use std::io::{self, Write};
 use gpu_health_core::records::{memory_pct, GpuRecord, GpuSink, JobSummary, REMEDIES};
 use serde_json::{json, Value};
 
-use super::{Gib, Term};
+use super::format::{round, Gib, Term};
 
 /// One flagged GPU.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,7 +99,7 @@ pub fn write_json(out: &mut dyn Write, jobs: &[JobSummary<NearOomGpus>]) -> io::
                 "pci": g.pci,
                 "peak_memory_bytes": g.peak_memory_bytes,
                 "memory_total_bytes": g.memory_total_bytes,
-                "peak_memory_pct": memory_pct(Some(g.peak_memory_bytes), Some(g.memory_total_bytes)),
+                "peak_memory_pct": memory_pct(Some(g.peak_memory_bytes), Some(g.memory_total_bytes)).map(|p| round(p, 2)),
             })
         })
         .collect();

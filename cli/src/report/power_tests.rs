@@ -204,7 +204,9 @@ fn the_svg_draws_only_finite_figures_and_says_so() {
         svg.contains("4 hourly figure(s) not drawn") && svg.contains("budget 8.0 kW"),
         "{svg}"
     );
-    assert_eq!(svg.matches("<circle").count(), 1, "{svg}");
+    // Red dots: the legend's and the one over-budget hour that can be
+    // drawn (the legend is new with issue 24).
+    assert_eq!(svg.matches("r=\"4\" fill=\"#d62728\"").count(), 2, "{svg}");
     // A budget that is no figure: no budget line, no `inf`.
     let svg = power::svg(&PowerReport {
         racks: vec![RackPower {

@@ -1,5 +1,7 @@
+use super::format::csv_field;
+use super::table::write_json;
 use super::*;
-use gpu_health_core::records::JobRecord;
+use gpu_health_core::records::{GpuRecord, JobRecord};
 
 fn s(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
@@ -327,12 +329,18 @@ fn power_per_node_and_rack_with_the_hours_over_budget_and_a_chart() {
     );
     // Width and height from the PNG header: the SVG's size.
     let be = |i: usize| u32::from_be_bytes(bytes[i..i + 4].try_into().unwrap());
-    assert_eq!((be(16), be(20)), (800, 230));
+    // Issue 24 added the legend and the time axis: 50 + 200 + 50.
+    assert_eq!((be(16), be(20)), (800, 300));
 }
 
 #[test]
 fn power_arguments() {
     assert!(parsed(&["--power", "--svg", "/tmp/x.svg"]).power);
     assert!(error(&["--svg", "/tmp/x.svg"]).contains("--power"));
-    assert!(error(&["--power", "--json"]).contains("--power"));
+    // Issue 24: --power takes --json and --csv (the hourly series).
+    assert!(parsed(&["--power", "--json"]).power);
+    assert_eq!(
+        error(&["--power", "--near-oom"]),
+        "--power and --near-oom exclude each other"
+    );
 }

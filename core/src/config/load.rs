@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::place::place_of;
 use super::{Config, ConfigError, PowerSection, DEFAULT_CONFIG_PATH};
 use crate::ids::NodeName;
 
@@ -19,21 +20,54 @@ use crate::ids::NodeName;
 /// configuration file), refused rather than read.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
-/// Where the configuration file is, from the environment.
-pub fn config_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("GPU_HEALTH_CONFIG").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
+/// Who named the configuration file: a file someone named must exist; the
+/// default places may be empty (a node without a file runs on defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NamedBy {
+    /// `--config FILE` or the plugin's `config=` argument.
+    Option,
+    /// `$GPU_HEALTH_CONFIG`.
+    Environment,
+    /// `gpu-health.toml` beside `$SLURM_CONF` (found there).
+    SlurmConf,
+    /// [`DEFAULT_CONFIG_PATH`].
+    Default,
+}
+
+impl NamedBy {
+    /// Whether a missing file is an error: someone named it.
+    pub fn must_exist(self) -> bool {
+        matches!(self, NamedBy::Option | NamedBy::Environment)
+    }
+
+    /// Who named it, for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            NamedBy::Option => "named by --config",
+            NamedBy::Environment => "named by GPU_HEALTH_CONFIG",
+            NamedBy::SlurmConf => "beside SLURM_CONF",
+            NamedBy::Default => "the default place",
+        }
+    }
+}
+
+/// Where the configuration file is, from the environment `env` (the
+/// binaries pass their process environment; nothing below them reads
+/// `std::env`).
+pub fn config_path(env: impl Fn(&str) -> Option<String>) -> (PathBuf, NamedBy) {
+    if let Some(p) = env("GPU_HEALTH_CONFIG").filter(|p| !p.is_empty()) {
+        return (PathBuf::from(p), NamedBy::Environment);
     }
     // Beside slurm.conf when it is there; in configless Slurm SLURM_CONF
     // points into slurmd's cache, which holds no gpu-health.toml.
-    if let Some(conf) = std::env::var_os("SLURM_CONF").filter(|p| !p.is_empty()) {
+    if let Some(conf) = env("SLURM_CONF").filter(|p| !p.is_empty()) {
         if let Some(p) = Path::new(&conf).parent().map(|d| d.join("gpu-health.toml")) {
             if p.exists() {
-                return p;
+                return (p, NamedBy::SlurmConf);
             }
         }
     }
-    PathBuf::from(DEFAULT_CONFIG_PATH)
+    (PathBuf::from(DEFAULT_CONFIG_PATH), NamedBy::Default)
 }
 
 /// The per-node drop-in beside `path`.
@@ -51,15 +85,26 @@ pub fn parse(
     text: &str,
     dropin: Option<(&Path, &str)>,
 ) -> Result<Config, ConfigError> {
-    let err = |p: &Path| {
+    let (config, shown) = merge_files(path, text, dropin)?;
+    config.validate(shown)?;
+    Ok(config)
+}
+
+/// The files' keys merged into a `Config` (each file parsed alone first,
+/// for errors with their place), not validated; and the file that had the
+/// last word (named by validation errors).
+pub(super) fn merge_files<'p>(
+    path: &'p Path,
+    text: &str,
+    dropin: Option<(&'p Path, &str)>,
+) -> Result<(Config, &'p Path), ConfigError> {
+    let err = |p: &Path, text: &str| {
         let p = p.to_path_buf();
-        move |e: toml::de::Error| ConfigError::Parse {
-            path: p,
-            message: one_line(&e.to_string()),
-        }
+        let text = text.to_string();
+        move |e: toml::de::Error| parse_error(&p, &text, &e)
     };
     // Each file alone first: toml then reports line, column and key.
-    let main: Config = toml::from_str(text).map_err(err(path))?;
+    let main: Config = toml::from_str(text).map_err(err(path, text))?;
     // `[power]` stays unparsed (report-only); its errors name the file
     // that gave it.
     let (mut config, shown, power_source) = match dropin {
@@ -70,22 +115,21 @@ pub fn parse(
             (main, path, source)
         }
         Some((dpath, dtext)) => {
-            toml::from_str::<Config>(dtext).map_err(err(dpath))?;
-            let mut table = text.parse::<toml::Table>().map_err(err(path))?;
-            let over = dtext.parse::<toml::Table>().map_err(err(dpath))?;
+            toml::from_str::<Config>(dtext).map_err(err(dpath, dtext))?;
+            let mut table = text.parse::<toml::Table>().map_err(err(path, text))?;
+            let over = dtext.parse::<toml::Table>().map_err(err(dpath, dtext))?;
             let source = if over.contains_key("power") {
                 Some(dpath.to_path_buf())
             } else {
                 table.contains_key("power").then(|| path.to_path_buf())
             };
             merge(&mut table, over);
-            let config = Config::deserialize(table).map_err(err(dpath))?;
+            let config = Config::deserialize(table).map_err(err(dpath, ""))?;
             (config, dpath, source)
         }
     };
-    config.validate(shown)?;
     config.power.set_source(power_source);
-    Ok(config)
+    Ok((config, shown))
 }
 
 /// Keys of `over` replace those of `base`; tables merge key by key.
@@ -100,6 +144,20 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
     }
 }
 
+/// A toml error of the file `path` holding `text`, with its place (line,
+/// column, table and the line's text) when toml gives one.
+pub(super) fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
+    let place = e
+        .span()
+        .filter(|_| !text.is_empty())
+        .map(|span| place_of(text, span));
+    ConfigError::Parse {
+        path: path.to_path_buf(),
+        message: one_line(e.message()),
+        place,
+    }
+}
+
 fn one_line(s: &str) -> String {
     s.split('\n')
         .map(str::trim_end)
@@ -110,7 +168,7 @@ fn one_line(s: &str) -> String {
 
 /// A configuration file's text; `None` when it does not exist. A FIFO, a
 /// device, a directory or an oversized file is an error, never a hang.
-fn read_text(path: &Path) -> Result<Option<String>, ConfigError> {
+pub(super) fn read_text(path: &Path) -> Result<Option<String>, ConfigError> {
     let bytes =
         crate::state::read_regular_file(path, MAX_CONFIG_BYTES).map_err(|e| ConfigError::Read {
             path: path.to_path_buf(),
@@ -148,6 +206,8 @@ pub fn load(path: &Path, node: Option<&NodeName>) -> Result<Config, ConfigError>
 pub struct Loaded {
     pub config: Config,
     pub path: PathBuf,
+    /// Who named `path`.
+    pub named_by: NamedBy,
     /// Set when the file could not be used: a fallback is in force and
     /// nothing may drain a node in this run.
     pub error: Option<ConfigError>,
@@ -172,30 +232,59 @@ impl Loaded {
 }
 
 /// The configuration for `node`: the file `explicit` names, else the one
-/// the environment points at ([`config_path`]), with the node's drop-in
-/// and `%n` expanded. On error, the best configuration that still parses
-/// (the main file without a broken drop-in, else the defaults) plus the
-/// error; the caller logs [`Loaded::error_line`]. Never fails.
-pub fn load_for_node(explicit: Option<&Path>, node: &NodeName) -> Loaded {
-    let path = explicit.map_or_else(config_path, Path::to_path_buf);
-    let mut loaded = match load(&path, Some(node)) {
-        Ok(config) => Loaded {
-            config,
+/// the environment `env` points at ([`config_path`]), with the node's
+/// drop-in and `%n` expanded. A file named by `explicit` or
+/// `GPU_HEALTH_CONFIG` must exist. On error, the best configuration that
+/// still parses (the main file without a broken drop-in, else the
+/// defaults) plus the error; the caller logs [`Loaded::error_line`].
+/// Never fails.
+pub fn load_for_node(
+    explicit: Option<&Path>,
+    node: &NodeName,
+    env: impl Fn(&str) -> Option<String>,
+) -> Loaded {
+    let (path, named_by) = match explicit {
+        Some(p) => (p.to_path_buf(), NamedBy::Option),
+        None => config_path(env),
+    };
+    let missing = named_by.must_exist()
+        && matches!(
+            std::fs::symlink_metadata(&path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound
+        );
+    let mut loaded = if missing {
+        Loaded {
+            config: Config::default(),
+            error: Some(ConfigError::Read {
+                path: path.clone(),
+                why: format!("no such file ({})", named_by.describe()),
+            }),
             path,
-            error: None,
-            fallback: "",
-        },
-        Err(e) => {
-            let main_only = load(&path, None).ok();
-            Loaded {
-                fallback: if main_only.is_some() {
-                    "the main file without the node drop-in"
-                } else {
-                    "the built-in defaults"
-                },
-                config: main_only.unwrap_or_default(),
+            named_by,
+            fallback: "the built-in defaults",
+        }
+    } else {
+        match load(&path, Some(node)) {
+            Ok(config) => Loaded {
+                config,
                 path,
-                error: Some(e),
+                named_by,
+                error: None,
+                fallback: "",
+            },
+            Err(e) => {
+                let main_only = load(&path, None).ok();
+                Loaded {
+                    fallback: if main_only.is_some() {
+                        "the main file without the node drop-in"
+                    } else {
+                        "the built-in defaults"
+                    },
+                    config: main_only.unwrap_or_default(),
+                    path,
+                    named_by,
+                    error: Some(e),
+                }
             }
         }
     };

@@ -7,8 +7,10 @@
 //! configuration that still parses plus the error, logs it loudly, and
 //! must not drain a node in that run.
 
+mod check;
 mod keys;
 mod load;
+pub mod place;
 mod power;
 mod sections;
 mod xid;
@@ -17,9 +19,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use check::{check_config, CheckedConfig, Problem};
 pub use keys::{check as check_range, range_of, KeyRange, NVML_DEADLINE_FLOOR_MS, RANGES};
 pub use load::{
-    config_path, load, load_for_node, node_dropin_path, parse, Loaded, MAX_CONFIG_BYTES,
+    config_path, load, load_for_node, node_dropin_path, parse, Loaded, NamedBy, MAX_CONFIG_BYTES,
 };
 pub use power::{
     check_racks, expand as expand_node_range, PowerSection, Rack, RackConfig, MAX_POWER_NODES,
@@ -36,9 +39,14 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/slurm/gpu-health.toml";
 pub enum ConfigError {
     #[error("cannot read {path}: {why}")]
     Read { path: PathBuf, why: String },
-    /// toml's message names the line, column and key.
-    #[error("{path}: {message}")]
-    Parse { path: PathBuf, message: String },
+    /// toml's message, with the line, column, table and the line's text
+    /// when toml gives its place.
+    #[error("{path}: {}{message}", place.as_ref().map(|p| format!("{p}: ")).unwrap_or_default())]
+    Parse {
+        path: PathBuf,
+        message: String,
+        place: Option<place::Place>,
+    },
     #[error("{path}: {message}")]
     Invalid { path: PathBuf, message: String },
 }
@@ -169,12 +177,35 @@ impl Config {
     }
 
     fn validate_keys(&self) -> Result<(), String> {
-        check_range("nvml_deadline_ms", self.nvml_deadline_ms as f64).map_err(|e| {
-            format!("{e} (real NVML needs at least {NVML_DEADLINE_FLOOR_MS} ms; Slurm kills prologs after PrologEpilogTimeout)")
-        })?;
-        check_range("scontrol_timeout_ms", self.scontrol_timeout_ms as f64)?;
+        match self.problems().into_iter().next() {
+            Some(first) => Err(first),
+            None => Ok(()),
+        }
+    }
+
+    /// Every range and cross-key rule the values break, each a sentence
+    /// that starts with the key it is about (`brake.settle_ms = ...`);
+    /// the load refuses the configuration for the first, `gpu-health
+    /// config check` shows them all. `[power]` is not looked at (the
+    /// power report checks it: [`PowerSection::racks`]).
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut push = |r: Result<(), String>| {
+            if let Err(e) = r {
+                out.push(e);
+            }
+        };
+        push(
+            check_range("nvml_deadline_ms", self.nvml_deadline_ms as f64).map_err(|e| {
+                format!("{e} (real NVML needs at least {NVML_DEADLINE_FLOOR_MS} ms; Slurm kills prologs after PrologEpilogTimeout)")
+            }),
+        );
+        push(check_range(
+            "scontrol_timeout_ms",
+            self.scontrol_timeout_ms as f64,
+        ));
         if let Some(n) = self.expected_gpus {
-            check_range("expected_gpus", f64::from(n))?;
+            push(check_range("expected_gpus", f64::from(n)));
         }
         let t = &self.thresholds;
         let rates_ok = t.sbe_warn_per_hour.is_finite()
@@ -182,25 +213,31 @@ impl Config {
             && t.sbe_fatal_per_hour.is_finite()
             && t.sbe_fatal_per_hour >= t.sbe_warn_per_hour;
         if !rates_ok {
-            return Err("thresholds: need 0 <= sbe_warn_per_hour <= sbe_fatal_per_hour".into());
+            push(Err(
+                "thresholds: need 0 <= sbe_warn_per_hour <= sbe_fatal_per_hour".into(),
+            ));
         }
-        check_range("thresholds.min_power_limit_ratio", t.min_power_limit_ratio)?;
-        check_range("thresholds.near_oom_share", t.near_oom_share)?;
-        check_range(
+        push(check_range(
+            "thresholds.min_power_limit_ratio",
+            t.min_power_limit_ratio,
+        ));
+        push(check_range("thresholds.near_oom_share", t.near_oom_share));
+        push(check_range(
             "thresholds.leftover_memory_mib",
             t.leftover_memory_mib as f64,
-        )?;
-        check_range(
+        ));
+        push(check_range(
             "thresholds.max_temperature_c",
             f64::from(t.max_temperature_c),
-        )?;
-        self.xid.validate()?;
-        self.brake.validate()?;
-        self.recovery.validate()?;
-        self.dcgm.validate()?;
-        self.rdma.validate()?;
-        self.step_end.validate()?;
-        self.brake_fits_the_slurm_budget()
+        ));
+        push(self.xid.validate());
+        push(self.brake.validate());
+        push(self.recovery.validate());
+        push(self.dcgm.validate());
+        push(self.rdma.validate());
+        push(self.step_end.validate());
+        push(self.brake_fits_the_slurm_budget());
+        out
     }
 
     /// With the brake on, a drain needs `claim_timeout_ms + settle_ms`
@@ -233,6 +270,10 @@ mod tests {
 
     fn p() -> PathBuf {
         PathBuf::from("/etc/slurm/gpu-health.toml")
+    }
+
+    fn no_env(_: &str) -> Option<String> {
+        None
     }
 
     #[test]
@@ -280,6 +321,54 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(s.contains("nvml_deadine_ms"), "{s}");
+    }
+
+    /// Issue 24: a typo after `[dcgm]` names the table, and the error is
+    /// one line with its place (no caret box flattened into it).
+    #[test]
+    fn a_typo_names_its_table_and_line() {
+        let s = parse(&p(), "state_dir = \"/x\"\n[dcgm]\nlevle = 2\n", None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            s.starts_with("/etc/slurm/gpu-health.toml: line 3, column 1 (in [dcgm]: levle = 2): unknown field `levle`"),
+            "{s}"
+        );
+        assert!(!s.contains('|') && !s.contains('\n'), "{s}");
+    }
+
+    /// Issue 24: `GPU_HEALTH_CONFIG` naming a missing file is an error
+    /// (defaults in force, nothing drains), not a silent run on defaults.
+    #[test]
+    fn a_missing_file_that_someone_named_is_an_error() {
+        let d = tempfile::tempdir().unwrap();
+        let missing = d.path().join("gpu-health.toml");
+        let n1 = NodeName::parse("n1").unwrap();
+        let named = missing.to_string_lossy().into_owned();
+        let env = |k: &str| (k == "GPU_HEALTH_CONFIG").then(|| named.clone());
+        let loaded = load_for_node(None, &n1, env);
+        assert!(!loaded.ok());
+        assert_eq!(loaded.named_by, NamedBy::Environment);
+        assert!(
+            loaded
+                .error_line()
+                .unwrap()
+                .ends_with("gpu-health.toml: no such file (named by GPU_HEALTH_CONFIG)"),
+            "{:?}",
+            loaded.error_line()
+        );
+        assert_eq!(loaded.config, Config::default());
+        let loaded = load_for_node(Some(&missing), &n1, no_env);
+        assert!(loaded
+            .error
+            .unwrap()
+            .to_string()
+            .contains("named by --config"));
+        // The default place may be empty: a node without a file.
+        assert_eq!(
+            config_path(no_env),
+            (PathBuf::from(DEFAULT_CONFIG_PATH), NamedBy::Default)
+        );
     }
 
     #[test]
@@ -340,7 +429,7 @@ mod tests {
         )
         .unwrap();
         let n7 = NodeName::parse("n7").unwrap();
-        let loaded = load_for_node(Some(&main), &n7);
+        let loaded = load_for_node(Some(&main), &n7, no_env);
         assert!(loaded.ok());
         assert_eq!(
             loaded.config.state_dir,
@@ -357,7 +446,7 @@ mod tests {
             "nvml_deadine_ms = 5\n",
         )
         .unwrap();
-        let loaded = load_for_node(Some(&main), &n7);
+        let loaded = load_for_node(Some(&main), &n7, no_env);
         assert!(loaded
             .error_line()
             .unwrap()
@@ -377,7 +466,7 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let n1 = NodeName::parse("n1").unwrap();
         let t0 = std::time::Instant::now();
-        let loaded = load_for_node(Some(&fifo), &n1);
+        let loaded = load_for_node(Some(&fifo), &n1, no_env);
         assert!(loaded
             .error
             .unwrap()
@@ -420,7 +509,7 @@ mod tests {
             let d = tempfile::tempdir().unwrap();
             let main = d.path().join("gpu-health.toml");
             std::fs::write(&main, format!("state_dir = \"/x/%n\"\n{power}")).unwrap();
-            let loaded = load_for_node(Some(&main), &n1);
+            let loaded = load_for_node(Some(&main), &n1, no_env);
             assert!(loaded.ok(), "{power}: {:?}", loaded.error_line());
             assert_eq!(loaded.config.state_dir, PathBuf::from("/x/n1"));
         }

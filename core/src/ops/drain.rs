@@ -323,7 +323,7 @@ enum Hold {
 
 fn foreign(node: &NodeName, current: &str, reason: &str) -> DrainOutcome {
     let why = format!(
-        "{node} is already drained by someone else ({:?}); not touching it, would have drained: {reason}",
+        "{node} is already drained by someone else (reason {:?}); not touching it, would have drained: {reason}",
         crate::text::printable(current)
     );
     log::error!("{why}");

@@ -16,7 +16,7 @@ pub fn clean_now(findings: &[Finding], snapshot: &NodeSnapshot, config_ok: bool)
         why.push("the configuration has an error (defaults in force)".to_string());
     }
     if let Some(e) = &snapshot.nvml_error {
-        why.push(format!("NVML unusable: {e:?}"));
+        why.push(format!("NVML unusable: {e}"));
     }
     let lost: Vec<String> = snapshot
         .gpus

@@ -195,6 +195,7 @@ fn probe_device(dev: &mut Device<'_>, index: u32, opts: ProbeOptions) -> GpuSnap
         pci_bus_id,
         memory_total_bytes: mem.as_ref().map(|m| m.total),
         memory_used_bytes: mem.as_ref().map(|m| m.used),
+        utilization_gpu_pct: r.get("utilization", dev.utilization_rates()).map(|u| u.gpu),
         temperature_c: r.get("temperature", dev.temperature(TemperatureSensor::Gpu)),
         fan_speed_pct: r.get("fan speed", dev.fan_speed(0)),
         power_usage_mw: r.get("power", dev.power_usage()),

@@ -24,10 +24,10 @@ pub use report::{
 };
 pub use write::{
     build_record, counter_delta, delta_findings, describe_nvml_failure, during_job, energy_j,
-    flush_pending, mean_power_w, nvlink_error_total, peak_memory, peak_power,
-    refresh_prometheus_live, render_prometheus, render_prometheus_with, sample_running_jobs,
-    store_line, update_prometheus, GpuCounters, GpuPeak, JobEnd, JobMeta, JobStart, LivePower,
-    PowerPeaks, Stored, TotalPeak, NO_START, PEAKS_VERSION, RECENT_JOBS, START_VERSION,
+    flush_pending, mean_power_w, metrics, nvlink_error_total, peak_memory, peak_power,
+    refresh_prometheus_live, render_prometheus, render_textfile, sample_running_jobs, store_line,
+    update_prometheus, GpuCounters, GpuPeak, JobEnd, JobMeta, JobStart, LivePower, PowerPeaks,
+    Stored, TotalPeak, CAUSES, NO_START, PEAKS_VERSION, RECENT_JOBS, START_VERSION, VERDICTS,
 };
 
 #[cfg(test)]

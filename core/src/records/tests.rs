@@ -338,16 +338,48 @@ fn prometheus_text_escapes_and_skips_absent() {
     };
     let rec = build_record(Ok(&start), end(&meta, &[0, 1], &after));
     let text = render_prometheus(&[rec]);
+    gpu_health_testkit::promtool_check_metrics(&text);
+    // Issue 24: `slurm_job_id`, not `job` (Prometheus's own target
+    // label, which node_exporter scrapes turn into `exported_job`).
     assert!(
         text.contains(
-            "gpu_health_job_gpu_energy_joules{job=\"42\",user=\"a\\\"b\\\\c\",gpu=\"0\"} 500\n"
+            "gpu_health_job_gpu_energy_joules{slurm_job_id=\"42\",user=\"a\\\"b\\\\c\",gpu=\"0\","
         ),
         "{text}"
     );
-    assert!(!text
-        .contains("gpu_health_job_gpu_energy_joules{job=\"42\",user=\"a\\\"b\\\\c\",gpu=\"1\"}"));
+    let energy = |gpu: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("gpu_health_job_gpu_energy_joules{")
+                    && l.contains(&format!(",gpu=\"{gpu}\","))
+            })
+            .map(str::to_string)
+    };
+    assert!(energy("0").unwrap().ends_with("} 500"), "{text}");
+    assert_eq!(energy("1"), None, "an absent figure has no sample");
     assert!(text.contains("# TYPE gpu_health_job_duration_seconds gauge"));
-    assert!(text.contains("gpu_health_job_duration_seconds{job=\"42\",user=\"a\\\"b\\\\c\"} 100\n"));
+    assert!(text.contains(
+        "gpu_health_job_duration_seconds{slurm_job_id=\"42\",user=\"a\\\"b\\\\c\"} 100\n"
+    ));
+    assert!(!text.contains("job=\""), "{text}");
+}
+
+/// Issue 24: values carried float noise (`611.0937808489635`); they are
+/// rounded to what they mean (0.1 W for a mean power).
+#[test]
+fn prometheus_values_are_rounded() {
+    let before = node(T0, vec![gpu(0, Some(0))]);
+    let start = start_of(&before, &[0]);
+    let after = node(T0 + 1000, vec![gpu(0, Some(500_000))]);
+    let mut rec = build_record(Ok(&start), end(&JobMeta::default(), &[0], &after));
+    rec.gpus[0].mean_power_w = Some(611.0937808489635);
+    let text = render_prometheus(&[rec]);
+    gpu_health_testkit::promtool_check_metrics(&text);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("gpu_health_job_gpu_mean_power_watts{"))
+        .unwrap();
+    assert!(line.ends_with("} 611.1"), "{line}");
 }
 
 #[test]

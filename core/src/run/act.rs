@@ -169,7 +169,7 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
                     Some(with_drainer(turn, |d| d.redrain(&ctx.node, &current, &reason)))
                 }
                 Ok(Standing::Foreign(current)) => Some(DrainOutcome::Foreign(format!(
-                    "{} is drained by someone else ({:?}); not touching it, would have drained: {reason}",
+                    "{} is drained by someone else (reason {:?}); not touching it, would have drained: {reason}",
                     ctx.node,
                     crate::text::printable(&current)
                 ))),

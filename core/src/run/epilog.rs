@@ -45,7 +45,7 @@ pub fn run(ctx: &RunContext, job: &JobEnv, meta: &JobMeta) -> EpilogOutcome {
     let out = finish_job(ctx, job, meta);
     if let (Some(r), Some(stored)) = (&out.record, &out.stored) {
         log::info!(
-            "job {} on {}: {} GPU(s), {:.0} J, record {stored:?}",
+            "job {} on {}: {} GPU(s), {:.0} J, record {stored}",
             r.job_id,
             r.node,
             r.gpus.len(),

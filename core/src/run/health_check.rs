@@ -114,6 +114,18 @@ pub fn run(ctx: &RunContext) -> HealthReport {
     node_check::commit(ctx, &check, None, ctx.config_ok() && saved);
     side_work(ctx, &check);
     drop(turn);
+    crate::records::metrics::after_check(
+        &ctx.state,
+        ctx.config(),
+        &crate::records::metrics::CheckSeen {
+            run: crate::records::metrics::RunKind::HealthCheck,
+            now_ms: ctx.now_ms,
+            config_ok: ctx.config_ok(),
+            snapshot: &check.snapshot,
+            findings: &check.findings,
+            xid_events: check.xid_events(),
+        },
+    );
     let action = match next {
         Next::Done(action) => action,
         // Decided in the turn; DCGM runs outside it (it takes minutes),
@@ -128,16 +140,9 @@ pub fn run(ctx: &RunContext) -> HealthReport {
     }
 }
 
-/// One power sample of each running job's GPUs (their peak power), and
-/// the live power in the node_exporter textfile.
+/// One power sample of each running job's GPUs (their peak power).
 fn side_work(ctx: &RunContext, check: &NodeCheck) {
     crate::records::sample_running_jobs(&ctx.state, &check.snapshot);
-    if let Some(textfile) = &ctx.config().prometheus_textfile {
-        let live = crate::records::LivePower::of(&check.snapshot);
-        if let Err(e) = crate::records::refresh_prometheus_live(&ctx.state, textfile, &live) {
-            log::warn!("cannot refresh the Prometheus textfile: {e}");
-        }
-    }
 }
 
 /// What the health check does after its turn.

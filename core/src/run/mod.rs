@@ -73,7 +73,7 @@ impl RunContext {
     ) -> RunContext {
         let now_ms = crate::time::unix_ms();
         let (node, node_note) = ids::this_node(&env);
-        let loaded = config::load_for_node(explicit, &node);
+        let loaded = config::load_for_node(explicit, &node, &env);
         crate::logging::set_target(&node, loaded.config.log_file.as_deref());
         if let Some(line) = loaded.error_line() {
             log::error!("{line}");
@@ -187,6 +187,10 @@ mod tests {
             (crate::verdict::JobVerdict::file(job), "JobVerdict"),
             (crate::records::JobStart::file(job), "JobStart"),
             (crate::records::PowerPeaks::file(job), "PowerPeaks"),
+            (
+                crate::records::metrics::HealthMetrics::file(()),
+                "HealthMetrics",
+            ),
         ];
         for (i, (a, ta)) in bound.iter().enumerate() {
             for (b, tb) in &bound[i + 1..] {
@@ -199,6 +203,7 @@ mod tests {
             StateFile::SpooledRecord { end_ms: 1, job },
             StateFile::LedgerUnreadable,
             StateFile::RunLock,
+            StateFile::TextfileLock,
         ];
         for u in untyped {
             assert!(bound.iter().all(|(f, _)| *f != u));

@@ -97,6 +97,13 @@ pub fn judge(
 }
 
 impl NodeCheck {
+    /// The kernel log's events this run read.
+    pub fn xid_events(&self) -> &[crate::xid::XidEvent] {
+        self.evidence
+            .get::<Scanned>()
+            .map_or(&[], |s| s.new.events.as_slice())
+    }
+
     /// Where the kernel log was read up to (the job's start keeps it).
     pub fn kernel_log_cursor(&self) -> Option<Cursor> {
         let scanned = self.evidence.get::<Scanned>()?;

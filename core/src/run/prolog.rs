@@ -61,6 +61,18 @@ pub fn run(ctx: &RunContext, job: &JobEnv) -> i32 {
     let mut told = check.findings.clone();
     told.extend(open_faults(turn.ledger(), &check.findings));
     drop(turn);
+    records::metrics::after_check(
+        &ctx.state,
+        ctx.config(),
+        &records::metrics::CheckSeen {
+            run: records::metrics::RunKind::Prolog,
+            now_ms: ctx.now_ms,
+            config_ok: ctx.config_ok(),
+            snapshot: &check.snapshot,
+            findings: &check.findings,
+            xid_events: check.xid_events(),
+        },
+    );
 
     save_job_start(ctx, job, &check);
     let code = i32::from(keep_off);

@@ -112,7 +112,7 @@ pub fn run(
             }
         }
         Some(r) if !is_own_reason(&r) => ResumeOutcome::Error(format!(
-            "{target} is drained by someone else ({:?}); gpu-health only resumes its own \
+            "{target} is drained by someone else (reason {:?}); gpu-health only resumes its own \
              drains. If you mean it: scontrol update NodeName={target} State=RESUME",
             printable(&r)
         )),

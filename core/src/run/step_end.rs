@@ -114,7 +114,7 @@ pub fn run(ctx: &RunContext, step: &EndedStep) -> Option<String> {
     let deadline = Duration::from_millis(cfg.nvml_deadline_ms.min(cfg.step_end.timeout_ms));
     let mut snapshot = probe::probe_with_deadline(cfg.nvml_library.as_deref(), opts, deadline);
     if let Some(e) = &snapshot.nvml_error {
-        log::info!("step {name}: no near-OOM figures: {e:?}");
+        log::info!("step {name}: no near-OOM figures: {e}");
         return None;
     }
     probe::number_as_on_node_in_job(&mut snapshot, &cfg.sysfs_root, job.get());

@@ -74,6 +74,8 @@ pub enum StateFile {
     LedgerUnreadable,
     /// The lock file that makes the runs of one node take turns.
     RunLock,
+    /// The lock file of the writers of the Prometheus textfile.
+    TextfileLock,
     /// Before the ledger: the drain gpu-health made (read once, folded
     /// into the ledger, removed).
     LegacyDrainRecord,
@@ -83,6 +85,10 @@ pub enum StateFile {
     LegacyReturnHistory,
     /// The latest job records, for the Prometheus textfile.
     RecentJobs,
+    /// The node's health for the Prometheus textfile: the latest check,
+    /// the GPUs, the live power, the Xid events of this boot
+    /// (`records::metrics`).
+    HealthMetrics,
     /// The prolog's verdict on a job (read by the SPANK plugin).
     JobVerdict(JobId),
     /// The job's counters at start (read by the epilog).
@@ -116,10 +122,12 @@ impl StateFile {
             StateFile::Ledger => "ledger.json".into(),
             StateFile::LedgerUnreadable => "ledger.unreadable.json".into(),
             StateFile::RunLock => "run.lock".into(),
+            StateFile::TextfileLock => "textfile.lock".into(),
             StateFile::LegacyDrainRecord => "drain.json".into(),
             StateFile::LegacyPendingDrain => "pending-drain.json".into(),
             StateFile::LegacyReturnHistory => "returns.json".into(),
             StateFile::RecentJobs => "recent-jobs.json".into(),
+            StateFile::HealthMetrics => "health-metrics.json".into(),
             StateFile::JobVerdict(job) => format!("{job}.json"),
             StateFile::JobStart(job) => format!("{job}{START_SUFFIX}"),
             StateFile::JobPowerPeaks(job) => format!("{job}{POWER_SUFFIX}"),
@@ -134,7 +142,7 @@ impl StateFile {
             // The ledger is bounded by construction (`ledger::MAX_FAULTS`,
             // capped texts) to a few hundred KiB.
             StateFile::Ledger | StateFile::SpooledRecord { .. } => 1 << 20,
-            StateFile::RunLock => 0,
+            StateFile::RunLock | StateFile::TextfileLock => 0,
             StateFile::RecentJobs => 16 << 20,
             _ => 4 << 20,
         }

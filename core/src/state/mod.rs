@@ -247,10 +247,19 @@ impl StateDir {
     /// guard is dropped. `Ok(None)` when the directory is unusable: such a
     /// run keeps no state, so it has nothing to take turns over.
     pub fn lock_run(&self, wait: Duration) -> Result<Option<RunLock>, StateError> {
+        self.lock_file(StateFile::RunLock, wait)
+    }
+
+    /// Take the lock `file` (a lock file of the state directory), waiting
+    /// at most `wait`; `Ok(None)` when the directory is unusable.
+    pub fn lock_file(
+        &self,
+        file: StateFile,
+        wait: Duration,
+    ) -> Result<Option<RunLock>, StateError> {
         let Ok(root) = self.usable() else {
             return Ok(None);
         };
-        let file = StateFile::RunLock;
         root.lock_file(&file.name(), FILE_MODE, wait)
             .map(|f| Some(RunLock { _held: f }))
     }

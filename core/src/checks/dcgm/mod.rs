@@ -153,10 +153,11 @@ pub fn interpret(code: Option<i32>, stdout: &str, stderr: &str) -> DcgmOutcome {
         }
     }
     let text = format!("{} {}", stdout.trim(), stderr.trim());
+    let status = code.map_or_else(|| "a signal".to_string(), |c| format!("status {c}"));
     let why = if text.trim().is_empty() {
-        format!("dcgmi exited with {code:?} and printed nothing")
+        format!("dcgmi exited with {status} and printed nothing")
     } else {
-        format!("dcgmi exited with {code:?}: {}", one_line(&text))
+        format!("dcgmi exited with {status}: {}", one_line(&text))
     };
     unavailable(&why)
 }

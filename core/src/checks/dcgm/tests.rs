@@ -77,7 +77,8 @@ fn busy_and_missing_host_engine_are_not_faults() {
     for (mode, word) in [
         ("busy", "resource in use"),
         ("no-host-engine", "host engine not reachable"),
-        ("garbage", "exited with Some(139)"),
+        // Issue 24: a sentence, not Rust's `Some(139)`.
+        ("garbage", "exited with status 139"),
     ] {
         let o = replay(mode);
         let DcgmOutcome::Unavailable { why, timed_out } = &o else {

@@ -74,6 +74,8 @@ fn keeps(filter: &ReportFilter, r: &EnergyLine<'_>) -> bool {
             .as_deref()
             .is_none_or(|u| r.user.as_deref().is_none_or(|ru| ru == u))
         && filter.since_ms.is_none_or(|s| r.end_ms >= s)
+        && filter.until_ms.is_none_or(|u| r.end_ms < u)
+        && filter.node.as_deref().is_none_or(|n| n == r.node)
 }
 
 /// The records' energies per job and node, each record once (a record

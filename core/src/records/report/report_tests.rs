@@ -125,7 +125,7 @@ fn filter_by_job_and_user_before_grouping() {
     let f = |job: Option<&str>, user: Option<&str>| ReportFilter {
         job: job.map(String::from),
         user: user.map(String::from),
-        since_ms: None,
+        ..ReportFilter::default()
     };
     let alice = summarize_filtered(&records, &f(None, Some("alice")));
     assert_eq!(ids(&alice), ["1", "4"]);
@@ -215,7 +215,7 @@ fn precheck_reads_the_value_after_the_key() {
     let job = ReportFilter {
         job: Some("42".into()),
         user: Some("bob".into()),
-        since_ms: None,
+        ..ReportFilter::default()
     };
     let p = read::LinePrecheck::new(&job);
     assert!(p.may_keep(br#"{"job_id":"42","user":"bob"}"#));

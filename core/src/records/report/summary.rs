@@ -43,6 +43,8 @@ pub struct JobSummary<G = Vec<SummaryGpu>> {
     pub xid_events: usize,
     /// Drain reasons set by the epilog on any of the job's nodes.
     pub drained: Vec<String>,
+    /// Drains the epilog was asked for but could not make (`node: why`).
+    pub drain_failed: Vec<String>,
     /// Nodes whose record had no start snapshot.
     pub start_snapshot_missing: Vec<String>,
     pub gpus: G,
@@ -116,6 +118,10 @@ pub struct ReportFilter {
     /// Only jobs whose last end (largest `end_ms` over their nodes) is at
     /// or after this Unix ms.
     pub since_ms: Option<u64>,
+    /// Only the records of this node.
+    pub node: Option<String>,
+    /// Only jobs whose last end is before this Unix ms.
+    pub until_ms: Option<u64>,
 }
 
 impl ReportFilter {
@@ -123,6 +129,7 @@ impl ReportFilter {
     /// looked at: it depends on the job's other records.
     pub fn keeps_record(&self, r: &JobRecord) -> bool {
         self.job.as_ref().is_none_or(|id| *id == r.job_id)
+            && self.node.as_ref().is_none_or(|n| *n == r.node)
             && self
                 .user
                 .as_ref()
@@ -138,6 +145,7 @@ impl ReportFilter {
                 .as_ref()
                 .is_none_or(|u| j.user.as_ref() == Some(u))
             && self.since_ms.is_none_or(|s| j.end_ms >= s)
+            && self.until_ms.is_none_or(|u| j.end_ms < u)
     }
 }
 
@@ -318,6 +326,7 @@ fn empty<G: Default>(r: &JobRecord) -> JobSummary<G> {
         pcie_replay_delta: 0,
         xid_events: 0,
         drained: Vec::new(),
+        drain_failed: Vec::new(),
         start_snapshot_missing: Vec::new(),
         gpus: G::default(),
     }
@@ -368,6 +377,9 @@ fn add<G: GpuSink>(j: &mut JobSummary<G>, p: PreparedRecord<G::Part>) {
     j.xid_events += r.xids.len();
     if let Some(d) = &r.drained {
         j.drained.push(format!("{}: {d}", r.node));
+    }
+    if let Some(d) = &r.drain_failed {
+        j.drain_failed.push(format!("{}: {d}", r.node));
     }
     if r.start_snapshot_missing {
         j.start_snapshot_missing.push(r.node);

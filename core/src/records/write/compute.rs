@@ -57,14 +57,7 @@ pub const NO_START: &str =
     "no start snapshot: the prolog did not run for this job on this node, or the node rebooted";
 
 pub fn describe_nvml_failure(f: &NvmlFailure) -> String {
-    match f {
-        NvmlFailure::LibraryMissing { detail } => format!("NVML library missing: {detail}"),
-        NvmlFailure::InitFailed { detail } => format!("NVML init failed: {detail}"),
-        NvmlFailure::Timeout { deadline_ms } => {
-            format!("NVML did not answer within {deadline_ms} ms")
-        }
-        NvmlFailure::ProbeCrashed { detail } => format!("NVML probe crashed: {detail}"),
-    }
+    f.to_string()
 }
 
 /// Pure: the record of one job on one node. `start` is the saved start

@@ -4,6 +4,10 @@
 
 mod compute;
 mod job_power;
+pub mod metrics;
+mod metrics_render;
+#[cfg(test)]
+mod metrics_tests;
 mod prometheus;
 mod start;
 mod store;
@@ -13,9 +17,11 @@ pub use compute::{
     mean_power_w, peak_memory, peak_power, JobEnd, JobMeta, NO_START,
 };
 pub use job_power::{sample_running_jobs, GpuPeak, PowerPeaks, TotalPeak, PEAKS_VERSION};
+pub use metrics::LivePower;
+pub use metrics_render::{render as render_textfile, CAUSES, VERDICTS};
 pub use prometheus::{
     refresh_live as refresh_prometheus_live, render as render_prometheus,
-    render_with as render_prometheus_with, update as update_prometheus, LivePower, RECENT_JOBS,
+    update as update_prometheus, RECENT_JOBS,
 };
 pub use start::{nvlink_error_total, GpuCounters, JobStart, START_VERSION};
 pub use store::{flush_pending, store_line, Stored};

@@ -103,7 +103,7 @@ impl JobStart {
                 .map(GpuCounters::from_snapshot)
                 .collect(),
             kernel_log_cursor: cursor.cloned(),
-            nvml_error: snapshot.nvml_error.as_ref().map(|e| format!("{e:?}")),
+            nvml_error: snapshot.nvml_error.as_ref().map(ToString::to_string),
         }
     }
 

@@ -21,6 +21,17 @@ pub enum Stored {
     },
 }
 
+impl std::fmt::Display for Stored {
+    /// `appended`, `spooled (why)`, `lost (why)`: for the log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stored::Appended => write!(f, "appended"),
+            Stored::Spooled { why } => write!(f, "spooled ({why})"),
+            Stored::Lost { why } => write!(f, "lost ({why})"),
+        }
+    }
+}
+
 fn append(records_dir: &Path, lines: &[String]) -> Result<(), StateError> {
     RecordsDir::open(records_dir)?.append(lines)
 }

@@ -1,10 +1,14 @@
 //! `gpu-health check`: the prolog's probe and checks, printed, never acted on.
 
+use gpu_health_core::checks::JobContext;
 use gpu_health_core::config::ConfigError;
 use gpu_health_core::finding::{drain_reason, Action, Finding};
+use gpu_health_core::ids::JobId;
 use gpu_health_core::probe;
+use gpu_health_core::run::preview::{self, WouldDo};
 use gpu_health_core::run::{node_check, RunContext};
 use gpu_health_core::text::printable;
+use gpu_health_core::verdict::{parse_gpu_list, JobVerdict, Mode};
 use serde::Serialize;
 
 use crate::spec::Parsed;
@@ -20,6 +24,59 @@ struct Report<'a> {
     /// The gravest action of the findings (`info`, `warn`,
     /// `drain-until-clean`, `drain`), `ok` without findings.
     worst: &'static str,
+    /// What the Prolog would do for a job starting now: `drain` (with the
+    /// reason), `warn` (strict jobs refused), `hold` (configuration
+    /// error), `nothing`.
+    prolog_would: PrologWould,
+}
+
+#[derive(Serialize)]
+struct PrologWould {
+    action: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    text: String,
+}
+
+impl PrologWould {
+    fn of(w: &WouldDo) -> PrologWould {
+        let (action, reason) = match w {
+            WouldDo::Drain { reason, kind } => (kind.as_str(), Some(reason.clone())),
+            WouldDo::Hold { why } => ("hold", Some(why.clone())),
+            WouldDo::WarnStrict { .. } => ("warn", None),
+            WouldDo::Nothing => ("nothing", None),
+        };
+        PrologWould {
+            action,
+            reason,
+            text: w.describe(),
+        }
+    }
+}
+
+/// The job `--gpus` or `--job` names, if one; an error says why not.
+fn job_of(p: &Parsed, ctx: &RunContext) -> Result<Option<JobContext>, String> {
+    if let Some(list) = p.value("gpus") {
+        let gpus = parse_gpu_list(list).map_err(|e| format!("--gpus: {e}"))?;
+        return Ok(Some(JobContext {
+            gpus,
+            mode: Mode::Warn,
+        }));
+    }
+    let Some(id) = p.value("job") else {
+        return Ok(None);
+    };
+    let job = JobId::parse(id).map_err(|e| format!("--job: {e}"))?;
+    match ctx.state.load::<JobVerdict>(job) {
+        Ok(Some(v)) => Ok(Some(JobContext {
+            gpus: v.job_gpus,
+            mode: v.mode,
+        })),
+        Ok(None) => Err(format!(
+            "--job {job}: no verdict of that job on this node (its Prolog did not run here)"
+        )),
+        Err(e) => Err(format!("--job {job}: {e}")),
+    }
 }
 
 #[derive(Serialize)]
@@ -48,11 +105,16 @@ const NPD_LINE_MAX: usize = 80;
 
 pub fn run(p: &Parsed, start: impl FnOnce() -> RunContext) -> i32 {
     let ctx = start();
+    let job = match job_of(p, &ctx) {
+        Ok(j) => j,
+        Err(e) => return crate::usage_error(&crate::commands::CHECK, &e),
+    };
     let opts = probe::ProbeOptions {
         topology: true,
         ..Default::default()
     };
-    let check = node_check::check_node(&ctx, opts);
+    let check = node_check::check_node_for(&ctx, opts, job.as_ref());
+    let would = preview::prolog_would(&ctx, &check);
     let config_error = ctx.loaded.error.as_ref().map(|e| e.to_string());
     if p.flag("npd") {
         let (code, line) = npd_status(
@@ -91,6 +153,7 @@ pub fn run(p: &Parsed, start: impl FnOnce() -> RunContext) -> i32 {
             .collect(),
         findings: &check.findings,
         worst: worst.map_or("ok", Action::as_str),
+        prolog_would: PrologWould::of(&would),
     };
     if p.flag("json") {
         match serde_json::to_string_pretty(&report) {
@@ -105,7 +168,7 @@ pub fn run(p: &Parsed, start: impl FnOnce() -> RunContext) -> i32 {
     }
     if !ctx.config_ok() {
         2
-    } else if worst.is_some_and(Action::drains) {
+    } else if matches!(would, WouldDo::Drain { .. }) {
         1
     } else {
         0
@@ -194,7 +257,7 @@ fn print_table(r: &Report<'_>, fallback: &str) {
     );
     row("GPU", "PCI", "CHECK", "ACTION", "MESSAGE");
     for f in r.findings.iter().filter(|f| f.gpu.is_none()) {
-        row("node", "-", &f.check, f.action.as_str(), &f.message);
+        row("node", "-", &f.check, &action_word(f), &f.message);
     }
     for g in &r.gpus {
         let mine: Vec<&Finding> = r
@@ -214,7 +277,7 @@ fn print_table(r: &Report<'_>, fallback: &str) {
             row(&index, &pci, "all", "ok", &name);
         }
         for f in mine {
-            row(&index, &pci, &f.check, f.action.as_str(), &f.message);
+            row(&index, &pci, &f.check, &action_word(f), &f.message);
         }
     }
     match &r.config_error {
@@ -223,6 +286,17 @@ fn print_table(r: &Report<'_>, fallback: &str) {
             r.worst
         ),
         None => println!("verdict: {}", r.worst),
+    }
+    println!("{}", printable(&r.prolog_would.text));
+}
+
+/// The action, and `(forgeable)` for a finding read from a line users can
+/// write (it never drains, whatever its code).
+fn action_word(f: &Finding) -> String {
+    if f.forgeable {
+        format!("{} (forgeable)", f.action.as_str())
+    } else {
+        f.action.as_str().to_string()
     }
 }
 

@@ -14,9 +14,11 @@ pub static CHECK: CommandSpec = CommandSpec {
     name: "check",
     summary: "probe this node as the Prolog does and print its findings (never drains)",
     about: "Probe this node's GPUs through NVML (with the configured deadline), run the \
-            Prolog's checks and read new kernel-log Xid records, then print every finding \
-            with the action it calls for (info, warn, drain-until-clean, drain). It never \
-            drains the node and never moves the Prolog's kernel-log cursor.",
+            Prolog's checks with the saved ECC and NVLink histories (read, never written) and \
+            read new kernel-log Xid records, then print every finding with the action it calls \
+            for (info, warn, drain-until-clean, drain), the faults the node's ledger holds, and \
+            what the Prolog would do for a job starting now (drain, warn strict jobs, nothing). \
+            It never drains the node and never moves the Prolog's kernel-log cursor.",
     options: &[
         Opt::flag(
             "json",
@@ -29,6 +31,20 @@ pub static CHECK: CommandSpec = CommandSpec {
              finding first (exit 0 healthy, 1 problem, 2 unknown)",
         )
         .group("format"),
+        Opt::with(
+            "gpus",
+            "LIST",
+            "check as the Prolog of a job on these GPUs would (`0,1` or `0-3`): their leftovers \
+             too",
+        )
+        .group("job"),
+        Opt::with(
+            "job",
+            "ID",
+            "check as the Prolog of this running job did (its GPUs from its verdict): their \
+             leftovers too",
+        )
+        .group("job"),
     ],
     operands: &[],
     exit: &[

@@ -135,7 +135,7 @@ mod tests {
     fn synopses_come_from_the_table() {
         assert_eq!(
             synopsis(spec_of("check").unwrap()),
-            "gpu-health check [--json | --npd] [--config FILE]"
+            "gpu-health check [--json | --npd] [--gpus LIST | --job ID] [--config FILE]"
         );
         assert_eq!(
             synopsis(spec_of("resume").unwrap()),

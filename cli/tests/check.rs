@@ -137,3 +137,108 @@ fn the_shipped_npd_config_runs_check_npd() {
         "the probe's deadline fits in the timeout"
     );
 }
+
+/// `check` judges as the Prolog would: the saved ECC history (read, never
+/// written), the leftovers of a job's GPUs, the faults the node's ledger
+/// holds, Xids users could have written marked, and what the Prolog would
+/// do.
+#[test]
+fn check_judges_as_the_prolog_would() {
+    let run = |_node: &SimNode, cfg: &std::path::Path, args: &[&str]| {
+        output(
+            Command::new(gpu_health_testkit::program(env!(
+                "CARGO_BIN_EXE_gpu-health"
+            )))
+            .arg("check")
+            .args(args)
+            .env_clear()
+            .env("GPU_HEALTH_CONFIG", cfg)
+            .env("SLURMD_NODENAME", "n1"),
+        )
+    };
+    // Leftovers: only for a job's GPUs.
+    let node = SimNode::new("h100x8-leftovers");
+    let cfg = node.write_config("");
+    let (code, out, err) = run(&node, &cfg, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!out.contains("leftovers"), "{out}");
+    let (code, out, _) = run(&node, &cfg, &["--gpus", "0-7", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["findings"].to_string().contains("leftovers"), "{out}");
+    assert_eq!(v["prolog_would"]["action"], "warn", "{out}");
+    let (code, _, err) = run(&node, &cfg, &["--gpus", "0-7", "--job", "3"]);
+    assert_eq!(code, 2, "--gpus and --job exclude each other: {err}");
+
+    // Corrected ECC growing 36,000 an hour, against the saved history
+    // (as the Prolog left it an hour ago).
+    let node = SimNode::new("h100x8-sbe-growing");
+    let cfg = node.write_config("");
+    let (code, out, err) = run(&node, &cfg, &["--json"]);
+    assert_eq!(code, 0, "no history yet: {out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mut gpus = serde_json::Map::new();
+    for g in v["gpus"].as_array().unwrap() {
+        gpus.insert(
+            g["uuid"].as_str().unwrap().to_string(),
+            serde_json::json!([[1_000u64, 0u64]]),
+        );
+    }
+    std::fs::create_dir_all(node.path("state")).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    for samples in gpus.values_mut() {
+        *samples = serde_json::json!([[now - 3_600_000, 0u64]]);
+    }
+    std::fs::write(
+        node.path("state/ecc-history.json"),
+        serde_json::json!({ "gpus": gpus }).to_string(),
+    )
+    .unwrap();
+    let (code, out, err) = run(&node, &cfg, &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("ecc-corrected-rate") && out.contains("would drain"),
+        "{out}"
+    );
+    let after = std::fs::read_to_string(node.path("state/ecc-history.json")).unwrap();
+    assert!(
+        after.contains(&format!("{}", now - 3_600_000)) && after.matches('[').count() == 2 * 8,
+        "check writes no sample: {after}"
+    );
+
+    // A fault the ledger holds (held back earlier): the Prolog would
+    // drain for it though NVML is clean now.
+    let node = SimNode::new("h100x8-healthy");
+    let cfg = node.write_config("");
+    std::fs::create_dir_all(node.path("state")).unwrap();
+    std::fs::write(
+        node.path("state/pending-drain.json"),
+        r#"{"last_ms":1,"why":"drain brake","findings":[{"finding":{"check":"xid","action":"drain","gpu":3,"pci":"0000:5d:00.0","summary":"Xid 79 GPU3 0000:5d:00.0 pid=2210","message":"Xid 79"},"cause":"brake","since_ms":1}]}"#,
+    )
+    .unwrap();
+    let (code, out, _) = run(&node, &cfg, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("the prolog would drain: gpu-health: Xid 79 GPU3 0000:5d:00.0 (drain)"),
+        "{out}"
+    );
+    assert!(
+        node.path("state/pending-drain.json").exists(),
+        "check writes nothing"
+    );
+
+    // A syslog line any user can write with `logger -t kernel`.
+    let node = SimNode::new("h100x8-healthy");
+    let cfg = node.write_config("");
+    std::fs::write(
+        node.path("kernel.log"),
+        "Dec  2 01:00:00 n1 kernel: NVRM: Xid (PCI:0000:5d:00): 79, pid=7, GPU has fallen off the bus.\n",
+    )
+    .unwrap();
+    let (code, out, _) = run(&node, &cfg, &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("warn (forgeable)"), "{out}");
+}

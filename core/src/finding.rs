@@ -71,6 +71,11 @@ pub struct Finding {
     /// node's ledger.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<u32>,
+    /// Read from a source users can write to (a syslog text line, a log
+    /// file others may write): its action was capped so that it never
+    /// drains (`xid.syslog_may_drain`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub forgeable: bool,
 }
 
 impl Finding {
@@ -92,6 +97,7 @@ impl Finding {
             message,
             culprit: None,
             code: None,
+            forgeable: false,
         }
     }
 
@@ -112,6 +118,7 @@ impl Finding {
             message,
             culprit: None,
             code: None,
+            forgeable: false,
         }
     }
 }

@@ -177,6 +177,7 @@ impl Fault {
             message: self.message.clone(),
             culprit: None,
             code: self.id.code,
+            forgeable: false,
         }
     }
 

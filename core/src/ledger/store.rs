@@ -62,8 +62,32 @@ pub fn load(state: &StateDir, node: &NodeName) -> Loaded {
                 crate::text::printable(&l.node)
             ),
         ),
-        Ok(None) => import_legacy(state, node),
+        Ok(None) => {
+            let legacy = import_legacy(state, node);
+            if legacy.imported {
+                log::warn!(
+                    "folding the drain record, pending findings and returns of an earlier gpu-health into the fault ledger ({} open faults)",
+                    legacy.ledger.faults.len()
+                );
+            }
+            legacy
+        }
         Err(e) => set_aside(state, node, e.to_string()),
+    }
+}
+
+/// The ledger as it is on disk, read only (the admin command, a run that
+/// did not get its turn): nothing is moved aside or folded in on disk;
+/// the files of an older version are read as the first run would fold
+/// them in. `None`: no ledger, or one that cannot be read.
+pub fn peek(state: &StateDir, node: &NodeName) -> Option<Ledger> {
+    match state.load::<Ledger>(()) {
+        Ok(Some(l)) if l.version == LEDGER_VERSION && l.node == node.as_str() => Some(l),
+        Ok(None) => {
+            let legacy = import_legacy(state, node);
+            legacy.imported.then_some(legacy.ledger)
+        }
+        _ => None,
     }
 }
 
@@ -241,12 +265,6 @@ fn import_legacy(state: &StateDir, node: &NodeName) -> Loaded {
         }
         Ok(None) => {}
         Err(e) => warn(StateFile::LegacyReturnHistory, e),
-    }
-    if imported {
-        log::warn!(
-            "folded the drain record, pending findings and returns of an earlier gpu-health into the fault ledger ({} open faults)",
-            ledger.faults.len()
-        );
     }
     Loaded {
         ledger,

@@ -368,7 +368,7 @@ pub fn busy_note(node: &NodeName, e: &Busy) -> String {
 /// run that did not get it; the admin command): saves are atomic, so it
 /// is always a whole one.
 pub fn peek(ctx: &RunContext) -> Option<Ledger> {
-    ctx.state.load::<Ledger>(()).ok().flatten()
+    store::peek(&ctx.state, &ctx.node)
 }
 
 #[cfg(test)]

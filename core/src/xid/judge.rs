@@ -173,6 +173,7 @@ impl Group<'_> {
             message,
             culprit,
             code: Some(ev.code),
+            forgeable: self.forgeable_capped,
         }
     }
 }

@@ -339,6 +339,21 @@ fn xid_rule_ranges_are_documented() {
         ("xid.rules.repeat", "docs/xid-policy.md"),
         ("xid.rules.window_minutes", "docs/xid-policy.md"),
         ("xid.rules.repeat", "packaging/man/gpu-health.toml.5"),
+        ("xid.rules.escalate_after", "docs/xid-policy.md"),
+        ("xid.rules.escalate_window_hours", "docs/xid-policy.md"),
+        ("xid.rules.escalate_burst_seconds", "docs/xid-policy.md"),
+        (
+            "xid.rules.escalate_after",
+            "packaging/man/gpu-health.toml.5",
+        ),
+        (
+            "xid.rules.escalate_window_hours",
+            "packaging/man/gpu-health.toml.5",
+        ),
+        (
+            "xid.rules.escalate_burst_seconds",
+            "packaging/man/gpu-health.toml.5",
+        ),
         ("power.racks.supply_kw", "docs/configuration.md"),
         ("power.racks.cooling_kw", "docs/configuration.md"),
         ("power.racks.node_overhead_w", "docs/configuration.md"),

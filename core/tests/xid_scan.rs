@@ -323,6 +323,9 @@ fn overrides_and_repeat_rule() {
             action: Some(PolicyAction::Drain),
             repeat: 3,
             window_minutes: 60,
+            // Only the repeat rule here (xid_rules.rs tests escalation).
+            escalate_after: Some(0),
+            ..XidRule::default()
         },
     );
     e.cfg.validate().unwrap();

@@ -58,6 +58,14 @@ pub struct XidRule {
     /// within `window_minutes` (1 = every event acts).
     pub repeat: u32,
     pub window_minutes: u32,
+    /// Events of the code on one GPU within `escalate_window_hours` after
+    /// which the action becomes `escalate_to` (0: never; unset: the
+    /// built-in default of the code, if any).
+    pub escalate_after: Option<u32>,
+    pub escalate_window_hours: Option<u32>,
+    /// Events closer than this to one counted are one burst.
+    pub escalate_burst_seconds: Option<u32>,
+    pub escalate_to: Option<PolicyAction>,
 }
 
 impl Default for XidRule {
@@ -66,6 +74,10 @@ impl Default for XidRule {
             action: None,
             repeat: 1,
             window_minutes: 60,
+            escalate_after: None,
+            escalate_window_hours: None,
+            escalate_burst_seconds: None,
+            escalate_to: None,
         }
     }
 }
@@ -176,6 +188,18 @@ impl XidConfig {
             }
             check("xid.rules.repeat", f64::from(rule.repeat))
                 .and_then(|()| check("xid.rules.window_minutes", f64::from(rule.window_minutes)))
+                .and_then(|()| match rule.escalate_after {
+                    Some(n) => check("xid.rules.escalate_after", f64::from(n)),
+                    None => Ok(()),
+                })
+                .and_then(|()| match rule.escalate_window_hours {
+                    Some(h) => check("xid.rules.escalate_window_hours", f64::from(h)),
+                    None => Ok(()),
+                })
+                .and_then(|()| match rule.escalate_burst_seconds {
+                    Some(s) => check("xid.rules.escalate_burst_seconds", f64::from(s)),
+                    None => Ok(()),
+                })
                 .map_err(|e| format!("xid.rules.{key}: {e}"))?;
             if self.actions.contains_key(key) && rule.action.is_some() {
                 return Err(format!(

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashSet};
 
 use super::catalog::{self, sxid_is_fatal, sxid_meaning, Resolution};
 use super::event::{EventKind, XidEvent};
-use super::history::RepeatHistory;
+use super::history::{RepeatHistory, USER_PREFIX};
 use super::policy::{Decision, Policy};
 use crate::config::PolicyAction;
 use crate::finding::{Action, Finding};
@@ -90,29 +90,60 @@ fn apply_repeat_rule(
     history: &mut RepeatHistory,
     now_ms: u64,
 ) -> (PolicyAction, Option<String>) {
-    if d.repeat <= 1 {
+    // Escalation counts on one GPU: an event without an address cannot
+    // be tied to one.
+    let escalate = d.escalate.filter(|_| ev.pci.is_some());
+    if d.repeat <= 1 && escalate.is_none() {
         return (d.action, None);
     }
     let kind = match ev.kind {
         EventKind::Xid => "xid",
         EventKind::Sxid => "sxid",
     };
-    let key = format!("{kind}-{}@{}", ev.code, ev.pci.as_deref().unwrap_or("-"));
-    let window_ms = u64::from(d.window_minutes) * 60_000;
+    // Lines users could have written count apart: they never add to the
+    // driver's own repetitions.
+    let origin = if d.forgeable_capped { USER_PREFIX } else { "" };
+    let key = format!(
+        "{origin}{kind}-{}@{}",
+        ev.code,
+        ev.pci.as_deref().unwrap_or("-")
+    );
+    let at = ev.time_ms.unwrap_or(now_ms);
     // A folded storm event stands for `count` events at its time; more
-    // than the rule needs cannot change the outcome.
-    let times = ev.count.min(u64::from(d.repeat)).max(1);
-    let mut seen = 0;
-    for _ in 0..times {
-        seen = history.record(&key, ev.time_ms.unwrap_or(now_ms), window_ms);
+    // than the rules need cannot change the outcome.
+    let mut notes = Vec::new();
+    let mut action = d.action;
+    if d.repeat > 1 {
+        let n = usize::try_from(ev.count.min(u64::from(d.repeat))).unwrap_or(1);
+        history.push(&key, at, n.max(1));
+        let seen = history.count(&key, at, u64::from(d.window_minutes) * 60_000);
+        notes.push(format!(
+            "{seen} of {} within {} min",
+            d.repeat, d.window_minutes
+        ));
+        if seen < d.repeat as usize {
+            action = PolicyAction::Info;
+        }
     }
-    let note = format!("{seen} of {} within {} min", d.repeat, d.window_minutes);
-    let action = if seen >= d.repeat as usize {
-        d.action
-    } else {
-        PolicyAction::Info
-    };
-    (action, Some(note))
+    if let Some(e) = escalate {
+        // Counted in bursts, apart from the repeat rule's events.
+        let key = format!("{key}/bursts");
+        let n = usize::try_from(ev.count.min(u64::from(e.after))).unwrap_or(1);
+        history.push_bursts(&key, at, u64::from(e.burst_seconds) * 1000, n.max(1));
+        let seen = history.count(&key, at, u64::from(e.window_minutes) * 60_000);
+        if seen >= e.after as usize && e.to > action {
+            action = e.to;
+            let what = if e.burst_seconds > 0 { " bursts" } else { "" };
+            notes.push(format!(
+                "{seen}{what} on this GPU within {} h: escalated to {} (xid.rules.{}.escalate_after = {})",
+                e.window_minutes / 60,
+                e.to.as_str(),
+                ev.code,
+                e.after
+            ));
+        }
+    }
+    (action, (!notes.is_empty()).then(|| notes.join("; ")))
 }
 
 struct Group<'a> {

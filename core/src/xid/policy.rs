@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use super::catalog::{sxid_is_fatal, DefaultAction, CATALOG};
 use super::event::{EventKind, XidEvent};
+use super::rules::{default_escalation, DEFAULT_BURST_SECONDS};
 use crate::config::{CodeKey, PolicyAction, XidConfig};
 
 /// What the policy says about one event.
@@ -20,6 +21,19 @@ pub struct Decision {
     /// Events needed within the window before `action` applies (1 = now).
     pub repeat: u32,
     pub window_minutes: u32,
+    /// Repetition on one GPU that makes the action graver.
+    pub escalate: Option<Escalate>,
+}
+
+/// `after` events of the code on one GPU within `window_minutes` make the
+/// action `to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Escalate {
+    pub after: u32,
+    pub window_minutes: u32,
+    /// Events within this of one counted are the same burst.
+    pub burst_seconds: u32,
+    pub to: PolicyAction,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -27,6 +41,7 @@ struct Entry {
     action: DefaultAction,
     repeat: u32,
     window_minutes: u32,
+    escalate: Option<Escalate>,
 }
 
 /// The table in force: built-in defaults plus the configuration.
@@ -50,6 +65,12 @@ impl Policy {
                     action: row.default,
                     repeat: 1,
                     window_minutes: 60,
+                    escalate: default_escalation(row.code).map(|e| Escalate {
+                        after: e.after,
+                        window_minutes: e.window_hours * 60,
+                        burst_seconds: e.burst_seconds,
+                        to: e.to,
+                    }),
                 };
                 (CodeKey::Xid(row.code), entry)
             })
@@ -64,6 +85,7 @@ impl Policy {
                 },
                 repeat: 1,
                 window_minutes: 60,
+                escalate: None,
             })
         };
         for (key, action) in &cfg.actions {
@@ -83,6 +105,33 @@ impl Policy {
             }
             e.repeat = rule.repeat.max(1);
             e.window_minutes = rule.window_minutes.max(1);
+            if rule.escalate_after.is_some()
+                || rule.escalate_window_hours.is_some()
+                || rule.escalate_burst_seconds.is_some()
+                || rule.escalate_to.is_some()
+            {
+                let base = e.escalate;
+                let after = rule.escalate_after.or(base.map(|b| b.after)).unwrap_or(0);
+                let window_minutes = rule
+                    .escalate_window_hours
+                    .map(|h| h * 60)
+                    .or(base.map(|b| b.window_minutes))
+                    .unwrap_or(24 * 60);
+                let burst_seconds = rule
+                    .escalate_burst_seconds
+                    .or(base.map(|b| b.burst_seconds))
+                    .unwrap_or(DEFAULT_BURST_SECONDS);
+                let to = rule
+                    .escalate_to
+                    .or(base.map(|b| b.to))
+                    .unwrap_or(PolicyAction::Drain);
+                e.escalate = (after > 0).then_some(Escalate {
+                    after,
+                    window_minutes,
+                    burst_seconds,
+                    to,
+                });
+            }
             entries.insert(key, e);
         }
         Policy {
@@ -100,10 +149,10 @@ impl Policy {
             EventKind::Xid => CodeKey::Xid(ev.code),
             EventKind::Sxid => CodeKey::Sxid(ev.code),
         };
-        let (action, repeat, window_minutes) = match (self.entries.get(&key), ev.kind) {
-            (Some(e), _) => (e.action, e.repeat, e.window_minutes),
-            (None, EventKind::Sxid) => (DefaultAction::BySeverityWord, 1, 60),
-            (None, EventKind::Xid) => (DefaultAction::Fixed(self.default_action), 1, 60),
+        let (action, repeat, window_minutes, escalate) = match (self.entries.get(&key), ev.kind) {
+            (Some(e), _) => (e.action, e.repeat, e.window_minutes, e.escalate),
+            (None, EventKind::Sxid) => (DefaultAction::BySeverityWord, 1, 60, None),
+            (None, EventKind::Xid) => (DefaultAction::Fixed(self.default_action), 1, 60, None),
         };
         let action = match (action, ev.kind) {
             (DefaultAction::Fixed(a), _) => a,
@@ -137,7 +186,20 @@ impl Policy {
             forgeable_capped,
             repeat,
             window_minutes,
+            // A line users can write never escalates either.
+            escalate: escalate.filter(|_| !ev.forgeable || self.forgeable_may_drain),
         }
+    }
+
+    /// The longest window any rule counts over: the repeat history keeps
+    /// that much.
+    pub fn longest_window_minutes(&self) -> u32 {
+        self.entries
+            .values()
+            .flat_map(|e| [e.window_minutes, e.escalate.map_or(0, |x| x.window_minutes)])
+            .max()
+            .unwrap_or(60)
+            .max(60)
     }
 }
 

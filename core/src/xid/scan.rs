@@ -168,13 +168,7 @@ pub fn judge_new(
         now_ms,
         Seen::BeforeThisRun,
     );
-    let longest_window = cfg
-        .rules
-        .values()
-        .map(|r| u64::from(r.window_minutes))
-        .max()
-        .unwrap_or(60)
-        .max(60);
+    let longest_window = u64::from(policy.longest_window_minutes());
     state.history.prune(now_ms, longest_window * 60_000);
     if new.cursor.is_some() {
         state.cursor = new.cursor.clone();

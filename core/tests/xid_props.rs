@@ -57,6 +57,7 @@ proptest! {
             let pci = match r.payload {
                 gpu_health_core::xid::Payload::Xid { pci, .. } => pci,
                 gpu_health_core::xid::Payload::Sxid { pci, .. } => pci,
+                gpu_health_core::xid::Payload::SxidDetail { pci, .. } => pci,
                 gpu_health_core::xid::Payload::GpuHeader { pci } => Some(pci),
                 gpu_health_core::xid::Payload::FallenOff { pci } => pci,
             };

@@ -392,14 +392,13 @@ fn scan_lines(
         }
         let line = &chunk[start..end];
         let joined;
-        let record: &[u8] =
-            if record_end > end && unwrap(line).is_some_and(|(_, seq, _)| seq.is_none()) {
-                joined = join_continuations(&chunk[start..record_end]);
-                &joined
-            } else {
-                // A kmsg record's own continuation lines are its dictionary.
-                line
-            };
+        let record: &[u8] = if record_end > end && unwrap(line).is_some_and(|u| u.seq.is_none()) {
+            joined = join_continuations(&chunk[start..record_end]);
+            &joined
+        } else {
+            // A kmsg record's own continuation lines are its dictionary.
+            line
+        };
         let whole;
         let record = match SplitRecord::open(record) {
             None => record,
@@ -491,8 +490,8 @@ fn last_monotonic_us(file: &File, end: u64) -> std::io::Result<Option<u64>> {
     let mut lines = body.rsplit(|&b| b == b'\n');
     // Skip kmsg dictionary lines (they start with a space).
     let last = lines.find(|l| !l.starts_with(b" "));
-    Ok(match last.and_then(unwrap) {
-        Some((Stamp::Monotonic { us }, _, _)) => Some(us),
+    Ok(match last.and_then(unwrap).map(|u| u.stamp) {
+        Some(Stamp::Monotonic { us }) => Some(us),
         _ => None,
     })
 }

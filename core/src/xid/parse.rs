@@ -11,13 +11,14 @@
 
 mod forms;
 mod split;
+mod stamps;
 mod wrapper;
 
 use super::stamp::Stamp;
 
 pub(crate) use forms::parse_body;
 pub(crate) use split::{SplitRecord, SplitStep};
-pub(crate) use wrapper::unwrap;
+pub(crate) use wrapper::{unwrap, Wrapper};
 
 /// One NVIDIA record of the kernel log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +49,9 @@ pub enum Payload {
     Xid {
         code: u32,
         pci: Option<String>,
+        /// The MIG GPU instance the driver tied the Xid to
+        /// (`(PCI:0000:01:00 GPU-I:05)`).
+        gpu_instance: Option<u32>,
         pid: Option<u32>,
         /// The process name: the user's choice, shown, never matched.
         process: Option<String>,
@@ -56,6 +60,14 @@ pub enum Payload {
     },
     /// `nvidia-nvswitchN: SXid (PCI:0000:05:00.0): 12028, text`.
     Sxid {
+        code: u32,
+        pci: Option<String>,
+        message: String,
+    },
+    /// A later line of an SXid's report, the driver's `Severity N Engine
+    /// instance ...` or `Data {...}` with the same code: part of the SXid
+    /// before it, an SXid of its own when that header is not there.
+    SxidDetail {
         code: u32,
         pci: Option<String>,
         message: String,
@@ -70,16 +82,15 @@ pub enum Payload {
 
 /// Parse one line (without or with its trailing newline).
 pub fn parse_line(line: &[u8]) -> Option<Record> {
-    let (stamp, seq, body) = unwrap(wrapper::trim_newline(line))?;
-    let payload = parse_body(body)?;
-    let origin = if wrapper::is_syslog_line(line) {
-        Origin::SyslogTag
-    } else {
-        Origin::Kernel
+    let u = unwrap(wrapper::trim_newline(line))?;
+    let payload = parse_body(u.body)?;
+    let origin = match u.wrapper {
+        Wrapper::Syslog => Origin::SyslogTag,
+        Wrapper::Kmsg | Wrapper::Dmesg | Wrapper::Bare => Origin::Kernel,
     };
     Some(Record {
-        stamp,
-        seq,
+        stamp: u.stamp,
+        seq: u.seq,
         origin,
         payload,
     })

@@ -76,18 +76,6 @@ impl TimeContext {
     }
 }
 
-pub(crate) fn month_number(name: &[u8]) -> Option<u8> {
-    const MONTHS: [&[u8; 3]; 12] = [
-        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
-        b"Dec",
-    ];
-    let name = name.get(..3)?;
-    MONTHS
-        .iter()
-        .position(|m| m.as_slice() == name)
-        .map(|i| i as u8 + 1)
-}
-
 fn valid_civil(month: u8, day: u8, hour: u8, min: u8, sec: u8) -> bool {
     (1..=12).contains(&month) && (1..=31).contains(&day) && hour < 24 && min < 60 && sec <= 60
 }

@@ -192,7 +192,7 @@ impl SplitRecord {
 /// of user text: never the rest of a process name.
 fn starts_a_record(line: &[u8]) -> bool {
     parse_line(line).is_some()
-        || unwrap(line).is_some_and(|(_, _, body)| embeds_user_text(first_line(body).0))
+        || unwrap(line).is_some_and(|u| embeds_user_text(first_line(u.body).0))
 }
 
 fn trim_end(mut s: &[u8]) -> &[u8] {

@@ -65,7 +65,7 @@ pub use crate::config::{CodeKey, PolicyAction, XidConfig, XidRule};
 pub use assemble::Assembler;
 pub use catalog::{
     entry, markdown_table, sxid_is_fatal, sxid_meaning, xid_meaning, DefaultAction, Resolution,
-    Source, XidInfo, CATALOG,
+    Source, XidInfo, CATALOG, CATALOG_REFERENCE,
 };
 pub use cursor::{Cursor, XidState};
 pub use event::{EventKind, XidEvent};

@@ -21,7 +21,12 @@ use super::parse::{parse_line, unwrap, SplitRecord, SplitStep};
 use super::policy::Policy;
 use super::stamp::{Stamp, TimeContext};
 
-const CHUNK: usize = 4 << 20;
+/// Bytes read at a time: small enough that the search over them runs in
+/// the CPU's cache the read just filled.
+const READ_CHUNK: usize = 256 << 10;
+/// The longest line read: a longer one cannot be a kernel record (the
+/// buffer grows to this size for a long line, then drops it).
+const MAX_LINE: usize = 4 << 20;
 const TAIL: u64 = 64;
 /// A lost-GPU header and its "fallen off" line are three short lines
 /// apart; kmsg dumps put dictionary lines between them.
@@ -268,9 +273,9 @@ fn tail_matches(file: &File, offset: u64, tail_len: u32, hash: u64) -> std::io::
 /// from next time: after the last complete line (a line still being
 /// written is left for next time), or at a lost-GPU header whose
 /// continuation may still be coming (so a message cut by the end of a
-/// scan is read whole by the next one). A line longer than the buffer
-/// cannot be a kernel record and is dropped whole, so that its tail is
-/// never read as a line of its own.
+/// scan is read whole by the next one). A line longer than
+/// [`MAX_LINE`] cannot be a kernel record and is dropped whole, so that
+/// its tail is never read as a line of its own.
 fn read_range(
     file: &File,
     start: u64,
@@ -279,7 +284,7 @@ fn read_range(
     out: &mut LogRead,
 ) -> std::io::Result<u64> {
     let finders = (Finder::new(b"NVRM"), Finder::new(b"SXid"));
-    let size = (end.saturating_sub(start)).min(CHUNK as u64) as usize;
+    let size = (end.saturating_sub(start)).min(READ_CHUNK as u64) as usize;
     let mut buf = vec![0u8; size];
     let mut pos = start; // file offset of buf[0]
     let mut filled = 0usize;
@@ -325,11 +330,16 @@ fn read_range(
             pos += consumed as u64;
             filled -= consumed;
         }
-        if filled == buf.len() && !at_end {
-            // One line (or record) longer than the buffer.
+        if filled == buf.len() && !at_end && buf.len() < MAX_LINE {
+            // One line (or record) longer than the buffer: a bigger one.
+            let left = end - pos;
+            let size = (buf.len() * 2).min(MAX_LINE) as u64;
+            buf.resize(size.min(left) as usize, 0);
+        } else if filled == buf.len() && !at_end {
+            // One line (or record) longer than the longest there is.
             log::warn!(
                 "kernel log: a line of more than {} MiB at byte {pos} was dropped unread",
-                CHUNK >> 20
+                MAX_LINE >> 20
             );
             dropping = Some(pos);
             pos += filled as u64;

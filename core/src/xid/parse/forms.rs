@@ -178,8 +178,10 @@ fn xid_head(s: &[u8]) -> Option<XidHead<'_>> {
             Some(i) => (&value[..i], &value[i + 1..]),
             None => (first_line(value).0, &b""[..]),
         };
-        let value = String::from_utf8_lossy(value);
-        pid = value.trim().trim_matches('\'').parse().ok();
+        let value = trim_spaces(value);
+        let value = value.strip_prefix(b"'").unwrap_or(value);
+        let value = value.strip_suffix(b"'").unwrap_or(value);
+        pid = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
         rest = trim_spaces_start(after);
     }
     Some(XidHead {
@@ -343,12 +345,15 @@ fn mig_instance(s: &[u8]) -> Option<u32> {
     }
 }
 
-/// `0000:3b:00` or `0000:3b:00.0` (hex), normalised.
+/// `0000:3b:00` or `0000:3b:00.0` (hex), normalised as
+/// [`normalize_pci`] does it (`0000:3b:00.0`, lower case; device at most
+/// 0x1f, function at most 7), without its allocations: this runs for
+/// every record.
 fn bus_address(addr: &[u8]) -> Option<String> {
     let hex = |s: &[u8], n: usize| s.len() == n && s.iter().all(u8::is_ascii_hexdigit);
     let (bdf, function) = match addr {
-        [bdf @ .., b'.', f] => (bdf, Some(*f)),
-        _ => (addr, None),
+        [bdf @ .., b'.', f] => (bdf, *f),
+        _ => (addr, b'0'),
     };
     let well_formed = bdf.len() == 10
         && hex(&bdf[0..4], 4)
@@ -356,11 +361,17 @@ fn bus_address(addr: &[u8]) -> Option<String> {
         && hex(&bdf[5..7], 2)
         && bdf[7] == b':'
         && hex(&bdf[8..10], 2)
-        && function.is_none_or(|f| f.is_ascii_digit());
+        && (b'0'..=b'7').contains(&function)
+        && matches!(bdf[8], b'0' | b'1');
     if !well_formed {
         return None;
     }
-    normalize_pci(std::str::from_utf8(addr).ok()?)
+    let mut pci = String::with_capacity(12);
+    pci.extend(bdf.iter().map(|&b| char::from(b.to_ascii_lowercase())));
+    pci.push('.');
+    pci.push(char::from(function));
+    debug_assert_eq!(normalize_pci(&pci).as_deref(), Some(pci.as_str()), "{pci}");
+    Some(pci)
 }
 
 /// ` 79, rest` -> (79, rest): up to six digits, then `,` or the end of

@@ -67,6 +67,21 @@ impl<'a> Assembler<'a> {
         (!h.passed && end.saturating_sub(h.position) <= self.window).then_some(h.position)
     }
 
+    /// Show the assembler a record logged before what is read (the end
+    /// of the last scan): it makes no event, but the SXid it may be tells
+    /// that detail lines after it are its own, not SXids of their own.
+    pub(crate) fn prime(&mut self, record: Record, position: u64) {
+        if let Payload::Sxid { code, pci, .. } | Payload::SxidDetail { code, pci, .. } =
+            record.payload
+        {
+            self.last_sxid = Some(LastSxid {
+                pci,
+                code,
+                position,
+            });
+        }
+    }
+
     /// The event a record completes, if any. `position` must not decrease.
     pub fn feed(&mut self, record: Record, position: u64) -> Option<XidEvent> {
         let Record {

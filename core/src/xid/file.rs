@@ -29,7 +29,8 @@ const READ_CHUNK: usize = 256 << 10;
 const MAX_LINE: usize = 4 << 20;
 const TAIL: u64 = 64;
 /// A lost-GPU header and its "fallen off" line are three short lines
-/// apart; kmsg dumps put dictionary lines between them.
+/// apart (kmsg dumps put dictionary lines between them), an SXid's
+/// report three or four lines.
 const FALLEN_OFF_WINDOW_BYTES: u64 = 2048;
 
 /// Read `path` from where `since` stopped (from the start without one).
@@ -65,6 +66,7 @@ pub(crate) fn read_file(
             0
         }
     };
+    prime_before(&file, start, &mut asm)?;
     let end = read_range(&file, start, len, &mut asm, &mut out)?;
     if let Some(who) = others_may_write(&meta) {
         // Whatever format its lines have, anyone who can write the file
@@ -155,6 +157,35 @@ fn start_of_record_around(file: &File, start: u64) -> std::io::Result<u64> {
         at = end + 1;
     }
     Ok(open.map_or(start, |(at, _)| from + at as u64))
+}
+
+/// Before reading from `start` (where the last scan stopped, or where a
+/// first scan of a big file starts), show the assembler the SXid lines
+/// just before it: the detail lines of their reports that follow
+/// `start` are theirs, not SXids of their own.
+fn prime_before(file: &File, start: u64, asm: &mut Assembler<'_>) -> std::io::Result<()> {
+    let from = start.saturating_sub(FALLEN_OFF_WINDOW_BYTES);
+    if from == start {
+        return Ok(());
+    }
+    let before = read_exact_at(file, from, (start - from) as usize)?;
+    let sxid = Finder::new(b"SXid");
+    let mut at = if from == 0 {
+        0
+    } else {
+        memchr::memchr(b'\n', &before).map_or(before.len(), |i| i + 1)
+    };
+    while at < before.len() {
+        let end = line_end(&before, at);
+        let line = &before[at..end];
+        if sxid.find(line).is_some() {
+            if let Some(record) = parse_line(line) {
+                asm.prime(record, from + at as u64);
+            }
+        }
+        at = end + 1;
+    }
+    Ok(())
 }
 
 /// Where to go on in the same file: the saved offset, unless the file

@@ -24,7 +24,8 @@ use super::stamp::TimeContext;
 
 /// The kernel's own limit on one record's text plus its dictionary.
 const RECORD_MAX: usize = 8192 + 512;
-/// Sequence numbers between a lost-GPU header and its "fallen off" record.
+/// Sequence numbers between a lost-GPU header and its "fallen off"
+/// record, or between the lines of an SXid's report.
 const FALLEN_OFF_WINDOW_RECORDS: u64 = 4;
 /// Stop after this many records even if the kernel keeps logging.
 const MAX_RECORDS: u64 = 4_000_000;
@@ -254,6 +255,16 @@ fn read_pass(
         let Some(seq) = record_seq(rec) else { continue };
         last = Some(seq);
         if seq < skip_below {
+            // Read before: an SXid just before the cursor owns the detail
+            // lines of its report after it.
+            if seq + FALLEN_OFF_WINDOW_RECORDS >= skip_below {
+                let line = &rec[..memchr::memchr(b'\n', rec).unwrap_or(rec.len())];
+                if sxid.find(line).is_some() {
+                    if let Some(record) = parse_line(line) {
+                        asm.prime(record, seq);
+                    }
+                }
+            }
             continue;
         }
         if let Some(want) = expected {

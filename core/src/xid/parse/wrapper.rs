@@ -82,10 +82,19 @@ pub(crate) fn wrapper_len(line: &[u8]) -> Option<usize> {
     Some(line.len() - u.body.len())
 }
 
-/// Whether a line starts with a syslog header, whatever its tag: a
-/// syslog file's record of its own.
+/// Whether a line starts with a whole syslog header, whatever its tag
+/// (`Nov 29 14:00:01 host tag: `, the month in any locale, or an ISO
+/// stamp): a syslog file's record of its own. Whole: at least 17 bytes,
+/// more than a process name's 14 after a newline, so that a name cannot
+/// pass for the start of another record.
 pub(crate) fn has_syslog_header(line: &[u8]) -> bool {
-    syslog_header(line).is_some() || (looks_iso(line) && memchr::memchr(b' ', line).is_some())
+    let clock_shaped = |t: &[u8]| t.len() >= 8 && t[2] == b':' && t[5] == b':';
+    if let Some((_, rest)) = syslog_header(line) {
+        let time = &line[..line.len() - rest.len() - 1];
+        let time = &time[time.iter().rposition(|&b| b == b' ').map_or(0, |i| i + 1)..];
+        return clock_shaped(time) && syslog_tagged(rest);
+    }
+    looks_iso(line) && memchr::memchr(b' ', line).is_some_and(|sp| syslog_tagged(&line[sp + 1..]))
 }
 
 /// Whether a source that wraps a line this way wraps every line of a
@@ -309,11 +318,15 @@ fn syslog_header(line: &[u8]) -> Option<(Stamp, &[u8])> {
 
 /// Whether `rest` starts as a syslog line does after its time stamp,
 /// `host tag: ` (the tag may hold `[pid]`). No NVIDIA record starts
-/// that way: its second word never ends with `:`.
+/// that way (its second word never ends with `:`), nor more of `dmesg`'s
+/// stamps (the host is no bracket and no ISO stamp).
 fn syslog_tagged(rest: &[u8]) -> bool {
     let Some(sp) = memchr::memchr(b' ', rest) else {
         return false;
     };
+    if rest.first() == Some(&b'[') || looks_iso(rest) {
+        return false;
+    }
     let after = &rest[sp + 1..];
     match memchr::memchr(b' ', after) {
         Some(end) => end > 1 && after[end - 1] == b':',

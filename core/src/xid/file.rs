@@ -4,9 +4,9 @@
 //! the end of the last complete line read, and a hash of the bytes before
 //! it. A scan seeks there and reads only what was appended, so its cost
 //! does not depend on the size of the history. Only lines holding `NVRM`
-//! or `SXid` (found with a SIMD substring search over raw bytes) are
-//! parsed, each with the lines that belong to its record: indented ones,
-//! and those a source printed apart ([`SplitRecord`]).
+//! or `SXid` (found in one SIMD pass over the raw bytes, 256 KiB read at a
+//! time) are parsed, each with the lines that belong to its record:
+//! indented ones, and those a source printed apart ([`SplitRecord`]).
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
@@ -17,7 +17,7 @@ use memchr::memmem::Finder;
 use super::assemble::Assembler;
 use super::cursor::{fnv1a, Cursor};
 use super::log_read::LogRead;
-use super::parse::{parse_line, unwrap, SplitRecord, SplitStep};
+use super::parse::{nvidia_words, parse_line, unwrap, SplitRecord, SplitStep};
 use super::policy::Policy;
 use super::stamp::{Stamp, TimeContext};
 
@@ -314,7 +314,6 @@ fn read_range(
     asm: &mut Assembler<'_>,
     out: &mut LogRead,
 ) -> std::io::Result<u64> {
-    let finders = (Finder::new(b"NVRM"), Finder::new(b"SXid"));
     let size = (end.saturating_sub(start)).min(READ_CHUNK as u64) as usize;
     let mut buf = vec![0u8; size];
     let mut pos = start; // file offset of buf[0]
@@ -356,7 +355,7 @@ fn read_range(
                 done: last_line_done,
                 written: at_end,
             };
-            let consumed = scan_lines(lines, pos, ends, &finders, asm, out);
+            let consumed = scan_lines(lines, pos, ends, asm, out);
             buf.copy_within(consumed..filled, 0);
             pos += consumed as u64;
             filled -= consumed;
@@ -404,21 +403,11 @@ fn scan_lines(
     chunk: &[u8],
     base: u64,
     ends: Ends,
-    finders: &(Finder, Finder),
     asm: &mut Assembler<'_>,
     out: &mut LogRead,
 ) -> usize {
-    let mut nvrm = finders.0.find_iter(chunk).peekable();
-    let mut sxid = finders.1.find_iter(chunk).peekable();
     let mut done_until = 0usize;
-    loop {
-        let hit = match (nvrm.peek(), sxid.peek()) {
-            (Some(&a), Some(&b)) if a <= b => nvrm.next(),
-            (Some(_), Some(_)) | (None, Some(_)) => sxid.next(),
-            (Some(_), None) => nvrm.next(),
-            (None, None) => break,
-        };
-        let Some(hit) = hit else { break };
+    for hit in nvidia_words(chunk) {
         if hit < done_until {
             continue;
         }

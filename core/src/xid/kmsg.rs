@@ -18,7 +18,7 @@ use memchr::memmem;
 use super::assemble::Assembler;
 use super::cursor::Cursor;
 use super::log_read::LogRead;
-use super::parse::parse_line;
+use super::parse::{nvidia_words, parse_line};
 use super::policy::Policy;
 use super::stamp::TimeContext;
 
@@ -236,7 +236,6 @@ fn read_pass(
     policy: &Policy,
     out: &mut LogRead,
 ) -> std::io::Result<Option<u64>> {
-    let nvrm = memmem::Finder::new(b"NVRM");
     let sxid = memmem::Finder::new(b"SXid");
     let mut asm = Assembler::new(FALLEN_OFF_WINDOW_RECORDS, ctx, policy);
     let mut expected: Option<u64> = (skip_below > 0).then_some(skip_below);
@@ -276,7 +275,7 @@ fn read_pass(
         // The message is the first line; dictionary lines follow.
         let line_end = memchr::memchr(b'\n', rec).unwrap_or(rec.len());
         let line = &rec[..line_end];
-        if nvrm.find(line).is_none() && sxid.find(line).is_none() {
+        if nvidia_words(line).next().is_none() {
             continue;
         }
         if let Some(record) = parse_line(line) {

@@ -14,6 +14,11 @@ mod split;
 mod stamps;
 mod wrapper;
 
+use std::iter::Peekable;
+use std::sync::LazyLock;
+
+use memchr::memmem::{FindIter, Finder};
+
 use super::stamp::Stamp;
 
 pub(crate) use forms::parse_body;
@@ -80,6 +85,74 @@ pub enum Payload {
     FallenOff { pci: Option<String> },
 }
 
+/// Offsets of `NVRM` and `SXid` in `text`, in order: the only places a
+/// record of the NVIDIA driver can start. A reader pays this for every
+/// byte of the log: one SIMD pass for the two words' rare bytes `V` and
+/// `X` (memchr2), each one found then checked in full, costs half of a
+/// substring search for each word; in a text full of `V`s and `X`s that
+/// are not the words, it falls back to those two searches.
+pub(crate) fn nvidia_words(text: &[u8]) -> NvidiaWords<'_> {
+    NvidiaWords {
+        text,
+        rare: memchr::memchr2_iter(b'V', b'X', text),
+        misses_left: 64 + text.len() / 64,
+        words: None,
+    }
+}
+
+static NVRM: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"NVRM"));
+static SXID: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"SXid"));
+
+/// See [`nvidia_words`].
+pub(crate) struct NvidiaWords<'a> {
+    text: &'a [u8],
+    rare: memchr::Memchr2<'a>,
+    /// Candidates that were not the words, left before falling back.
+    misses_left: usize,
+    /// The fallback: the two words' searches from an offset on.
+    words: Option<(
+        Peekable<FindIter<'a, 'static>>,
+        Peekable<FindIter<'a, 'static>>,
+        usize,
+    )>,
+}
+
+impl Iterator for NvidiaWords<'_> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        loop {
+            if let Some((nvrm, sxid, from)) = &mut self.words {
+                let hit = match (nvrm.peek(), sxid.peek()) {
+                    (Some(a), Some(b)) if a <= b => nvrm.next(),
+                    (_, Some(_)) => sxid.next(),
+                    (Some(_), None) => nvrm.next(),
+                    (None, None) => None,
+                };
+                return hit.map(|h| h + *from);
+            }
+            let i = self.rare.next()?;
+            if let Some(start) = i.checked_sub(1) {
+                let word = self.text.get(start..start + 4);
+                if word == Some(b"NVRM") || word == Some(b"SXid") {
+                    return Some(start);
+                }
+            }
+            self.misses_left = self.misses_left.saturating_sub(1);
+            if self.misses_left == 0 {
+                // Every word starting before `i` has been seen (its `V`
+                // or `X` came before `i`).
+                let rest = &self.text[i..];
+                self.words = Some((
+                    NVRM.find_iter(rest).peekable(),
+                    SXID.find_iter(rest).peekable(),
+                    i,
+                ));
+            }
+        }
+    }
+}
+
 /// Parse one line (without or with its trailing newline).
 pub fn parse_line(line: &[u8]) -> Option<Record> {
     let u = unwrap(wrapper::trim_newline(line))?;
@@ -94,4 +167,42 @@ pub fn parse_line(line: &[u8]) -> Option<Record> {
         origin,
         payload,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The words' offsets as two substring searches give them.
+    fn searched(text: &[u8]) -> Vec<usize> {
+        let mut all: Vec<usize> = NVRM.find_iter(text).chain(SXID.find_iter(text)).collect();
+        all.sort_unstable();
+        all
+    }
+
+    #[test]
+    fn nvidia_words_are_those_two_searches_find() {
+        let mut texts: Vec<Vec<u8>> = vec![
+            b"".to_vec(),
+            b"NVRM".to_vec(),
+            b"VNVRMSXidX NVRM: Xid SXid".to_vec(),
+            b"[ 1.0] NVRM: Xid (PCI:0000:18:00): 79\n[ 2.0] nvidia-nvswitch0: SXid (PCI".to_vec(),
+        ];
+        // Full of `V`s and `X`s that are not the words: the fallback, with
+        // words before, at and after where it starts.
+        let mut dense = b"NVRM ".to_vec();
+        for i in 0..5000 {
+            dense.extend_from_slice(if i % 997 == 0 { b"SXidNVRM" } else { b"VXVX" });
+        }
+        dense.extend_from_slice(b"NVRMSXid");
+        texts.push(dense);
+        for text in &texts {
+            assert_eq!(
+                nvidia_words(text).collect::<Vec<_>>(),
+                searched(text),
+                "{}",
+                String::from_utf8_lossy(&text[..text.len().min(40)])
+            );
+        }
+    }
 }

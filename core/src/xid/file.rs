@@ -17,7 +17,7 @@ use memchr::memmem::Finder;
 use super::assemble::Assembler;
 use super::cursor::{fnv1a, Cursor};
 use super::log_read::LogRead;
-use super::parse::{nvidia_words, parse_line, unwrap, SplitRecord, SplitStep};
+use super::parse::{nvidia_words, parse_line, unwrap, NvidiaWords, SplitRecord, SplitStep};
 use super::policy::Policy;
 use super::stamp::{Stamp, TimeContext};
 
@@ -320,6 +320,8 @@ fn read_range(
     let mut filled = 0usize;
     // Start of an over-long line being dropped.
     let mut dropping: Option<u64> = None;
+    // The log is dense in the bytes the search looks for first.
+    let mut dense = false;
     while pos + (filled as u64) < end && !buf.is_empty() {
         let want = (buf.len() - filled).min((end - pos - filled as u64) as usize);
         let n = file.read_at(&mut buf[filled..filled + want], pos + filled as u64)?;
@@ -355,7 +357,7 @@ fn read_range(
                 done: last_line_done,
                 written: at_end,
             };
-            let consumed = scan_lines(lines, pos, ends, asm, out);
+            let consumed = scan_lines(lines, pos, ends, &mut dense, asm, out);
             buf.copy_within(consumed..filled, 0);
             pos += consumed as u64;
             filled -= consumed;
@@ -403,11 +405,27 @@ fn scan_lines(
     chunk: &[u8],
     base: u64,
     ends: Ends,
+    dense: &mut bool,
+    asm: &mut Assembler<'_>,
+    out: &mut LogRead,
+) -> usize {
+    let mut hits = nvidia_words(chunk, *dense);
+    let consumed = scan_hits(chunk, base, ends, &mut hits, asm, out);
+    *dense |= hits.fell_back();
+    consumed
+}
+
+/// [`scan_lines`] with the words found.
+fn scan_hits(
+    chunk: &[u8],
+    base: u64,
+    ends: Ends,
+    hits: &mut NvidiaWords<'_>,
     asm: &mut Assembler<'_>,
     out: &mut LogRead,
 ) -> usize {
     let mut done_until = 0usize;
-    for hit in nvidia_words(chunk) {
+    for hit in hits {
         if hit < done_until {
             continue;
         }

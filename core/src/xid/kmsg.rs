@@ -275,7 +275,7 @@ fn read_pass(
         // The message is the first line; dictionary lines follow.
         let line_end = memchr::memchr(b'\n', rec).unwrap_or(rec.len());
         let line = &rec[..line_end];
-        if nvidia_words(line).next().is_none() {
+        if nvidia_words(line, false).next().is_none() {
             continue;
         }
         if let Some(record) = parse_line(line) {

@@ -89,15 +89,20 @@ pub enum Payload {
 /// record of the NVIDIA driver can start. A reader pays this for every
 /// byte of the log: one SIMD pass for the two words' rare bytes `V` and
 /// `X` (memchr2), each one found then checked in full, costs half of a
-/// substring search for each word; in a text full of `V`s and `X`s that
-/// are not the words, it falls back to those two searches.
-pub(crate) fn nvidia_words(text: &[u8]) -> NvidiaWords<'_> {
-    NvidiaWords {
+/// substring search for each word. In a text with more than one `V` or
+/// `X` in 128 bytes that are not the words, it falls back to those two
+/// searches ([`NvidiaWords::fell_back`]); `dense` starts with them.
+pub(crate) fn nvidia_words(text: &[u8], dense: bool) -> NvidiaWords<'_> {
+    let mut words = NvidiaWords {
         text,
         rare: memchr::memchr2_iter(b'V', b'X', text),
-        misses_left: 64 + text.len() / 64,
+        misses_left: 64 + text.len() / 128,
         words: None,
+    };
+    if dense {
+        words.fall_back(0);
     }
+    words
 }
 
 static NVRM: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"NVRM"));
@@ -142,14 +147,26 @@ impl Iterator for NvidiaWords<'_> {
             if self.misses_left == 0 {
                 // Every word starting before `i` has been seen (its `V`
                 // or `X` came before `i`).
-                let rest = &self.text[i..];
-                self.words = Some((
-                    NVRM.find_iter(rest).peekable(),
-                    SXID.find_iter(rest).peekable(),
-                    i,
-                ));
+                self.fall_back(i);
             }
         }
+    }
+}
+
+impl NvidiaWords<'_> {
+    /// Whether the text was dense in `V`s and `X`s: the next text of the
+    /// same log is searched the other way from its start.
+    pub(crate) fn fell_back(&self) -> bool {
+        self.words.is_some()
+    }
+
+    fn fall_back(&mut self, from: usize) {
+        let rest = &self.text[from..];
+        self.words = Some((
+            NVRM.find_iter(rest).peekable(),
+            SXID.find_iter(rest).peekable(),
+            from,
+        ));
     }
 }
 
@@ -197,12 +214,18 @@ mod tests {
         dense.extend_from_slice(b"NVRMSXid");
         texts.push(dense);
         for text in &texts {
-            assert_eq!(
-                nvidia_words(text).collect::<Vec<_>>(),
-                searched(text),
-                "{}",
-                String::from_utf8_lossy(&text[..text.len().min(40)])
-            );
+            for dense in [false, true] {
+                assert_eq!(
+                    nvidia_words(text, dense).collect::<Vec<_>>(),
+                    searched(text),
+                    "{}",
+                    String::from_utf8_lossy(&text[..text.len().min(40)])
+                );
+            }
         }
+        let dense = texts.last().unwrap();
+        let mut words = nvidia_words(dense, false);
+        words.by_ref().for_each(drop);
+        assert!(words.fell_back());
     }
 }

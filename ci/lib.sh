@@ -20,13 +20,16 @@
 # Used by the scripts that source this file.
 # shellcheck disable=SC2034
 GH_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The Slurm series (22.05 on the host, the others in Debian roots).
+# shellcheck source=ci/series.sh
+source "$GH_REPO/ci/series.sh"
 # One cluster directory per checkout and Slurm series, so that clusters
-# of several checkouts, and the 22.05 and 24.11 clusters of one, do not
-# meet (slurm-down finds its processes by this path).
-GH_DIR=${GPU_HEALTH_SLURM_DIR:-/tmp/gpu-health-slurm${GPU_HEALTH_IN_ROOT:+-24.11}.$(printf '%s' "$GH_REPO" | cksum | cut -d' ' -f1)}
-# The build of this Slurm series: the host's (22.05), or the one made in
-# the Debian 13 root with its own cargo (ci/package --slurm 24.11).
-GH_BIN_DIR=${GPU_HEALTH_BIN_DIR:-$GH_REPO/target${GPU_HEALTH_IN_ROOT:+/debian13}/release}
+# of several checkouts, and the series of one, do not meet (slurm-down
+# finds its processes by this path).
+GH_DIR=${GPU_HEALTH_SLURM_DIR:-/tmp/gpu-health-slurm$GH_SERIES_DIR_TAG.$GH_CHECKOUT_ID}
+# The build of this Slurm series: the host's, or the one made in the
+# series' root with its own cargo (ci/package --slurm SERIES).
+GH_BIN_DIR=${GPU_HEALTH_BIN_DIR:-$GH_REPO/target$GH_SERIES_TARGET/release}
 GH_SCENARIO_DIR=${GPU_HEALTH_SCENARIO_DIR:-$GH_REPO/nvml-sim/scenarios}
 # nvml-sim library: the built cdylib, or an installed copy.
 # shellcheck disable=SC2034

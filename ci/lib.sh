@@ -353,6 +353,40 @@ gh_resume_node() {
     fi
 }
 
+# gh_stop_slurmd NODE: stop NODE's slurmd (when it runs) and wait until
+# it is gone; slurmctld notices only later, as with a node that goes down.
+gh_stop_slurmd() {
+    local pidf=$GH_DIR/run/slurmd-$1.pid pid i
+    pid=$(cat "$pidf" 2>/dev/null) || pid=""
+    if [[ -n $pid ]] && gh_is_ours "$pid"; then
+        kill -TERM "$pid"
+        for ((i = 0; i < 150; i++)); do
+            [[ -e /proc/$pid ]] || break
+            sleep 0.1
+        done
+    fi
+    rm -f "$pidf"
+}
+
+# gh_restart_slurmd NODE [--conf FILE] [VAR=VALUE...]: stop NODE's slurmd
+# and start it again (with slurm.conf FILE instead of the cluster's, and
+# the extra environment), as a site restarts one node's slurmd; the new
+# pid is recorded for slurm-down. Returns when its pid file is there.
+gh_restart_slurmd() {
+    local node=$1 conf=$GH_DIR/etc/slurm.conf pidf i
+    shift
+    if [[ ${1:-} == --conf ]]; then conf=$2; shift 2; fi
+    pidf=$GH_DIR/run/slurmd-$node.pid
+    gh_stop_slurmd "$node"
+    env -u SLURM_CONF "GPU_HEALTH_HARNESS_DIR=$GH_DIR" "$@" slurmd -f "$conf" -N "$node" || return 1
+    for ((i = 0; i < 100; i++)); do
+        [[ -s $pidf ]] && break
+        sleep 0.1
+    done
+    [[ -s $pidf ]] || return 1
+    gh_state_put slurmd_pid "$(cat "$pidf")"
+}
+
 # Job output file.
 gh_job_out() { printf '%s/jobs/%s.out\n' "$GH_DIR" "$1"; }
 

@@ -80,6 +80,14 @@ pub const INIT_FAILURE_MODE: Option<i32> = {
     }
 };
 
+/// INIT_FAILURE_MODE in words, for the logs.
+pub fn init_failure_mode_text() -> &'static str {
+    match INIT_FAILURE_MODE {
+        Some(_) => "ESPANK_JOB_FAILURE (the job fails, the node stays in service)",
+        None => "none before Slurm 25.05 (Slurm decides: a failing init in slurmstepd drains the node)",
+    }
+}
+
 /// The header reading of build.rs, tested here.
 #[cfg(test)]
 #[path = "../build_support/slurm_headers.rs"]

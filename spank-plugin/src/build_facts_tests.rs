@@ -65,8 +65,15 @@ fn enumerators_count_on_from_the_last_value() {
     assert_eq!(enum_value(ERRNO_H_2605, "ESPANK_NODE_FAILURE"), Some(3011));
     assert_eq!(enum_value(ERRNO_H_2605, "ESPANK_JOB_FAILURE"), Some(3012));
     assert_eq!(enum_value(ERRNO_H_2605, "ESLURM_FILE_UNREADABLE"), Some(0));
-    assert_eq!(enum_value(ERRNO_H_2605, "ESLURMD_KILL_TASK_FAILED"), Some(4001));
-    assert_eq!(enum_value(ERRNO_H_2605, "ESPANK_SUCCESS"), None, "a #define, not an enumerator");
+    assert_eq!(
+        enum_value(ERRNO_H_2605, "ESLURMD_KILL_TASK_FAILED"),
+        Some(4001)
+    );
+    assert_eq!(
+        enum_value(ERRNO_H_2605, "ESPANK_SUCCESS"),
+        None,
+        "a #define, not an enumerator"
+    );
     assert_eq!(enum_value(ERRNO_H_2605, "ESPANK_JOB"), None);
     // After a value this reading does not evaluate, nothing is guessed.
     assert_eq!(enum_value("enum { A = B + 1, C };", "C"), None);
@@ -79,10 +86,15 @@ fn the_version_number_is_read_in_hex_or_decimal() {
         Some(0x1a_05_05)
     );
     assert_eq!(
-        version_number("/* #define SLURM_VERSION_NUMBER 0x160508 */\n#define SLURM_VERSION_NUMBER 1443080\n"),
+        version_number(
+            "/* #define SLURM_VERSION_NUMBER 0x160508 */\n#define SLURM_VERSION_NUMBER 1443080\n"
+        ),
         Some(1_443_080)
     );
-    assert_eq!(version_number("#define SLURM_VERSION_STRING \"26.05.5\"\n"), None);
+    assert_eq!(
+        version_number("#define SLURM_VERSION_STRING \"26.05.5\"\n"),
+        None
+    );
 }
 
 #[test]

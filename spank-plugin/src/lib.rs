@@ -84,7 +84,9 @@ pub const INIT_FAILURE_MODE: Option<i32> = {
 pub fn init_failure_mode_text() -> &'static str {
     match INIT_FAILURE_MODE {
         Some(_) => "ESPANK_JOB_FAILURE (the job fails, the node stays in service)",
-        None => "none before Slurm 25.05 (Slurm decides: a failing init in slurmstepd drains the node)",
+        None => {
+            "none before Slurm 25.05 (Slurm decides: a failing init in slurmstepd drains the node)"
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# gpu-health as the health check of newer Slurm (issue 23):
+# gpu-health as the health check of newer Slurm, and a reboot (issue 23):
 # HealthCheckNodeState=START_ONLY (Slurm 25.11 and later) runs
 # HealthCheckProgram once, when slurmd starts. A node that comes up with a
 # fatal fault is drained before it takes a job; a node gpu-health drained
@@ -86,4 +86,34 @@ quiet_time_s = 1"
     assert_contains "$(gh_cat "$(gh_gpu_health_log n4)")" "returned to service" "n4's log says it returned"
     gh_sbatch_wait 60 -w n4 --gres=gpu:8 --wrap 'echo ran-on-$SLURMD_NODENAME'
     assert_eq "$GH_JOB_RC" 0 "a job runs on n4 again"
+}
+
+# 3. A reboot an admin asked for (`scontrol reboot`) while gpu-health's
+#    drain-until-clean drain stands and a job still runs: the node comes
+#    clean, but gpu-health leaves it to the reboot (Slurm sets its state
+#    after the reboot; 25.11 and later refuse to set a node IDLE while a
+#    reboot is pending): it never resumes it, and the reboot stays asked
+#    for. On every series.
+test_no_return_while_a_reboot_is_pending() {
+    GH_FOCUS=n4
+    local job state
+    : >"$(hcs_flag)"
+    trap 'scontrol cancel_reboot n4 2>/dev/null || true; rm -f "$(hcs_flag)"; scancel --user=root 2>/dev/null || true' EXIT
+    hcs_drop_in n4 "[recovery]
+quiet_time_s = 1"
+    job=$(gh_sbatch -w n4 --wrap 'sleep 60')
+    gh_wait_job_state "$job" RUNNING 30 || true
+    gh_kernel_log_append n4 "$(gh_xid_line 0000:18:00 31 77 'name=python3, MMU Fault: ENGINE GRAPHICS')"
+    assert_node_state n4 'mix\+drain|alloc\+drain|mixed\+drain|allocated\+drain|draining|drng' 30 "n4 is draining for the Xid 31 while its job runs"
+    scontrol reboot n4
+    state=$(scontrol -o show node n4 | tr ' ' '\n' | sed -n 's/^State=//p')
+    assert_match "$state" 'REBOOT' "the reboot is pending ($state)"
+    # Several health checks (every 5 s), each clean after the quiet time.
+    sleep 16
+    state=$(scontrol -o show node n4 | tr ' ' '\n' | sed -n 's/^State=//p')
+    gh_say "    n4 after 16 s of clean health checks with a reboot pending: $state, reason: $(gh_node_reason n4)"
+    assert_match "$state" 'REBOOT' "the reboot is still asked for ($state)"
+    assert_match "$state" 'DRAIN' "n4 is still drained: gpu-health left it to the reboot ($state)"
+    assert_not_contains "$(gh_cat "$(gh_gpu_health_log n4)")" "returned to service" "gpu-health did not return n4"
+    assert_contains "$(gh_cat "$(gh_gpu_health_log n4)")" "reboot" "n4's log says it waits for the reboot"
 }

@@ -39,11 +39,14 @@ sf_args() {
     mv -f "$f.tmp.$$" "$f"
 }
 
-# sf_config NAME LINES: a gpu-health configuration for the plugin alone
-# (plugstack config=): the cluster's one with LINES added; prints its path.
+# sf_config NAME KEY VALUE: a gpu-health configuration for the plugin
+# alone (plugstack config=): the cluster's one with KEY's line (the
+# cluster's file has each key once) set to VALUE (TOML); prints its path.
 sf_config() {
     local f=$GH_DIR/etc/spank-$1.toml
-    { cat "$GH_DIR/etc/gpu-health.toml"; printf '%s\n' "$2"; } >"$f"
+    awk -v k="$2" -v v="$3" '$1 == k && $2 == "=" { print k " = " v; next } { print }' \
+        "$GH_DIR/etc/gpu-health.toml" >"$f"
+    grep -q "^$2 = " "$f" || { fail "$2 is not a key of the cluster's gpu-health.toml"; return 1; }
     printf '%s\n' "$f"
 }
 
@@ -125,20 +128,20 @@ test_unusable_state_dir_never_drains() {
     mkdir -p "$d"
     chmod 0777 "$d"
     sf_save
-    cfg=$(sf_config open-state "state_dir = \"$d\"")
+    cfg=$(sf_config open-state state_dir "\"$d\"")
     sf_args config="$cfg"
     sf_jobs_run_and_node_stays n3 "state directory writable by others"
     sf_strict_refused n3 "state directory writable by others" "verdict unreadable: state directory .* unusable"
     sf_restore
     sf_save
     : >"$GH_DIR/spank-state-file"
-    cfg=$(sf_config file-state "state_dir = \"$GH_DIR/spank-state-file\"")
+    cfg=$(sf_config file-state state_dir "\"$GH_DIR/spank-state-file\"")
     sf_args config="$cfg"
     sf_jobs_run_and_node_stays n3 "state directory is a file"
     sf_strict_refused n3 "state directory is a file" "verdict unreadable: state directory .* unusable"
     sf_restore
     sf_save
-    cfg=$(sf_config no-state "state_dir = \"$GH_DIR/no-such-state\"")
+    cfg=$(sf_config no-state state_dir "\"$GH_DIR/no-such-state\"")
     sf_args config="$cfg"
     sf_jobs_run_and_node_stays n3 "state directory missing"
 }
@@ -150,15 +153,13 @@ test_missing_gpu_health_binary_never_drains() {
     GH_FOCUS=n3
     local cfg
     sf_save
-    cfg=$(sf_config no-binary "")
-    sed -i "s|^program = .*|program = \"$GH_DIR/no-such-gpu-health\"|" "$cfg"
+    cfg=$(sf_config no-binary program "\"$GH_DIR/no-such-gpu-health\"")
     sf_args config="$cfg"
     sf_jobs_run_and_node_stays n3 "missing gpu-health binary"
     assert_contains "$(gh_cat "$(gh_slurmd_log n3)")" "no-such-gpu-health" "slurmd's log names the missing program"
     sf_restore
     sf_save
-    cfg=$(sf_config noexec-binary "")
-    sed -i "s|^program = .*|program = \"$GH_DIR/etc/gpu-health.toml\"|" "$cfg"
+    cfg=$(sf_config noexec-binary program "\"$GH_DIR/etc/gpu-health.toml\"")
     sf_args config="$cfg"
     sf_jobs_run_and_node_stays n3 "gpu-health not executable"
 }

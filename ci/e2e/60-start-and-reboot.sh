@@ -3,12 +3,14 @@
 # HealthCheckNodeState=START_ONLY (Slurm 25.11 and later) runs
 # HealthCheckProgram once, when slurmd starts. A node that comes up with a
 # fatal fault is drained before it takes a job; a node gpu-health drained
-# until clean that comes up clean returns. Skipped before 25.11.
+# until clean that comes up clean returns (those two are skipped before
+# 25.11). On every series: a node with a reboot pending is never returned
+# by gpu-health.
 #
-# The node under test runs its restarted slurmd on a copy of the cluster's
-# slurm.conf that differs only in HealthCheckNodeState (slurmd reads it
-# for itself; slurmctld does not use it); the cluster's own slurmd is
-# restarted again at the end.
+# For START_ONLY the node under test runs its restarted slurmd on a copy
+# of the cluster's slurm.conf that differs only in HealthCheckNodeState
+# (slurmd reads it for itself; slurmctld does not use it); the cluster's
+# own slurmd is restarted again at the end.
 
 # shellcheck source=ci/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"

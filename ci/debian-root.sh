@@ -167,9 +167,11 @@ gh_root_run() {
 # gh_root_handover SCRIPT ARGS...: run a harness script (the demo, a
 # benchmark) inside the root on a build made there first, then unmount.
 gh_root_handover() {
-    local rc=0
-    "$GH_REPO/ci/package" --slurm "$GH_SERIES" --no-rpm --out "$GH_REPO/target/package-$GH_SERIES" >/dev/null ||
-        gh_die "the build in the $GH_ROOT_SUITE root failed (ci/package --slurm $GH_SERIES)"
+    local rc=0 log
+    log=$(mktemp /tmp/gpu-health-handover.XXXXXX.log)
+    "$GH_REPO/ci/package" --slurm "$GH_SERIES" --no-rpm --out "$GH_REPO/target/package-$GH_SERIES" >"$log" 2>&1 ||
+        { tail -n 30 "$log" >&2; gh_die "the build in the $GH_ROOT_SUITE root failed (ci/package --slurm $GH_SERIES; log: $log)"; }
+    rm -f "$log"
     gh_root_mount
     gh_root_run "$@" || rc=$?
     gh_root_umount

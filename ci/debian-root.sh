@@ -22,11 +22,13 @@
 # What the roots hold and why: ../shared/notes/slurm-versions.md.
 
 # The same packages in every root (the build needs Rust and Slurm's
-# headers there; ci/package needs dpkg-dev, rpm, binutils).
+# headers there; ci/package needs dpkg-dev, rpm, binutils; the end-to-end
+# tests check every textfile with prometheus's promtool). All of them
+# here: inside its network namespace a root reaches no package registry.
 GH_ROOT_PACKAGES=(
     slurmctld slurmd slurm-client slurm-wlm munge libslurm-dev
     cargo rustc gcc libc6-dev git ca-certificates
-    dpkg-dev binutils rpm python3 iproute2 procps
+    dpkg-dev binutils rpm python3 iproute2 procps prometheus
 )
 
 gh_root_stamp() { printf '%s/.gpu-health-root\n' "$GH_ROOT"; }

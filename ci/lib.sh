@@ -162,6 +162,10 @@ gh_install_packages() {
     # rules with it (Debian's prometheus; its service is kept from starting).
     command -v promtool >/dev/null || missing+=(prometheus)
     ((${#missing[@]})) || return 0
+    # A root's network namespace reaches no registry: what it lacks belongs
+    # in its package list, installed when the root is made.
+    [[ -z ${GPU_HEALTH_IN_ROOT:-} ]] ||
+        gh_die "the Slurm ${GPU_HEALTH_IN_ROOT} root lacks ${missing[*]}: add it to GH_ROOT_PACKAGES (ci/debian-root.sh)"
     command -v apt-get >/dev/null || gh_die "missing ${missing[*]} and no apt-get to install them"
     gh_say "installing ${missing[*]} (Debian packages)"
     # Keep the packages' own services (munge, slurmd, slurmctld) from being

@@ -10,12 +10,13 @@
 //! Layers, each importing only from those below it:
 //! - [`run`]
 //! - [`records`], [`ops`]
-//! - [`ledger`]
+//! - [`ledger`], [`acceptance`]
 //! - [`checks`], [`xid`], [`probe`], [`fabric`], [`topology`]
 //! - [`slurm`], [`state`], [`config`], [`logging`]
 //! - [`snapshot`], [`finding`], [`verdict`], [`ids`], [`process`], [`time`], [`text`],
 //!   [`sysfs_read`]
 
+pub mod acceptance;
 pub mod checks;
 pub mod config;
 pub mod fabric;

@@ -49,6 +49,17 @@ pub const RANGES: &[KeyRange] = &[
     range("rdma.expected_count", 0.0, 64.0),
     range("rdma.expected_rate_gbps", 1.0, 10_000.0),
     range("step_end.timeout_ms", 200.0, 60_000.0),
+    range("acceptance.timeout_s", 60.0, 21_600.0),
+    range("acceptance.dcgm_level", 1.0, 4.0),
+    range("acceptance.dcgm_timeout_s", 10.0, 7_200.0),
+    range("acceptance.all_reduce_timeout_s", 10.0, 3_600.0),
+    range("acceptance.nvbandwidth_timeout_s", 10.0, 3_600.0),
+    range("acceptance.ib_bw_timeout_s", 5.0, 600.0),
+    range("acceptance.rdma_min_fraction", 0.05, 1.0),
+    range("acceptance.models.all_reduce_gbs", 1.0, 10_000.0),
+    range("acceptance.models.h2d_gbs", 1.0, 10_000.0),
+    range("acceptance.models.rdma_gbps", 1.0, 10_000.0),
+    range("acceptance.models.rdma_fraction", 0.05, 1.0),
 ];
 
 /// The range of `key`, when it has one.

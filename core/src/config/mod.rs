@@ -7,6 +7,7 @@
 //! configuration that still parses plus the error, logs it loudly, and
 //! must not drain a node in that run.
 
+mod acceptance;
 mod check;
 mod keys;
 mod load;
@@ -19,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use acceptance::{AcceptanceConfig, GateName, ModelThresholds};
 pub use check::{check_config, CheckedConfig, Problem};
 pub use keys::{check as check_range, range_of, KeyRange, NVML_DEADLINE_FLOOR_MS, RANGES};
 pub use load::{
@@ -96,6 +98,8 @@ pub struct Config {
     pub power: PowerSection,
     /// The SPANK plugin's work at the end of a step.
     pub step_end: StepEndConfig,
+    /// The acceptance tier before a return (docs/acceptance.md).
+    pub acceptance: AcceptanceConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -155,6 +159,7 @@ impl Default for Config {
             rdma: RdmaConfig::default(),
             power: PowerSection::default(),
             step_end: StepEndConfig::default(),
+            acceptance: AcceptanceConfig::default(),
         }
     }
 }
@@ -236,6 +241,7 @@ impl Config {
         push(self.dcgm.validate());
         push(self.rdma.validate());
         push(self.step_end.validate());
+        push(self.acceptance.validate());
         push(self.brake_fits_the_slurm_budget());
         out
     }

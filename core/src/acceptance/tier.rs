@@ -1,0 +1,401 @@
+//! Running the tier: each configured gate's tool, without a shell, with
+//! its time limit (the whole tier bounded too), judged by `judge`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::judge::{self, GateResult, ToolRun, Verdict};
+use super::thresholds::{self, InForce};
+use super::{GateName, MAX_OUTPUT};
+use crate::checks::dcgm::{self, DcgmOutcome};
+use crate::config::{AcceptanceConfig, Config, DcgmConfig};
+use crate::fabric::Fabric;
+use crate::finding::Finding;
+use crate::process::{self, RunError};
+use crate::snapshot::NodeSnapshot;
+
+/// Why the node booted, for [`wanted`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Boot {
+    /// A reboot gpu-health asked Slurm for.
+    RequestedReboot,
+    /// Any other boot.
+    Other,
+}
+
+/// Whether the tier is to run before the node returns after `boot`.
+pub fn wanted(cfg: &AcceptanceConfig, boot: Boot) -> bool {
+    cfg.enabled
+        && match boot {
+            Boot::RequestedReboot => cfg.after_reboot || cfg.after_any_boot,
+            Boot::Other => cfg.after_any_boot,
+        }
+}
+
+/// One HCA to test and its port's line rate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hca {
+    pub name: String,
+    pub rate_gbps: Option<f64>,
+}
+
+/// The HCAs the rdma gate tests: those configured, else every HCA with
+/// an active port (InfiniBand or RoCE); the rate is its fastest port's.
+pub fn hcas_of(cfg: &AcceptanceConfig, fabric: &Fabric) -> Vec<Hca> {
+    let rate = |name: &str| {
+        fabric
+            .ports
+            .iter()
+            .filter(|p| p.device == name)
+            .filter_map(|p| p.rate_gbps)
+            .max_by(f64::total_cmp)
+    };
+    let names: Vec<String> = if cfg.hcas.is_empty() {
+        let mut n: Vec<String> = fabric.active_ports().map(|p| p.device.clone()).collect();
+        n.sort();
+        n.dedup();
+        n
+    } else {
+        cfg.hcas.clone()
+    };
+    names
+        .into_iter()
+        .map(|name| Hca {
+            rate_gbps: rate(&name),
+            name,
+        })
+        .collect()
+}
+
+/// What the tier needs, all given by the caller.
+pub struct TierInput<'a> {
+    pub config: &'a Config,
+    pub snapshot: &'a NodeSnapshot,
+    pub hcas: &'a [Hca],
+    /// The run's PATH, where bare tool names are looked for.
+    pub search_path: &'a [PathBuf],
+    /// `Some(why)` when a job runs on the node: nothing runs.
+    pub job_running: Option<String>,
+}
+
+/// The tier's conclusion.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TierOutcome {
+    /// Nothing ran: a job runs on the node.
+    pub refused: Option<String>,
+    /// The GPU model the thresholds are for (NVML's name).
+    pub model: Option<String>,
+    pub results: Vec<GateResult>,
+    /// To act on: failed gates and holding not-judged gates drain.
+    pub findings: Vec<Finding>,
+}
+
+impl TierOutcome {
+    /// The node may return: it ran, nothing failed and nothing holds it.
+    pub fn may_return(&self) -> bool {
+        self.refused.is_none() && !self.findings.iter().any(|f| f.action.drains())
+    }
+
+    /// 0 every gate passed, 1 a gate failed, 2 a gate not judged or the
+    /// tier refused (`gpu-health accept`).
+    pub fn exit_code(&self) -> i32 {
+        if self.refused.is_some() {
+            return 2;
+        }
+        if self.results.iter().any(|r| r.verdict == Verdict::Failed) {
+            return 1;
+        }
+        if self.results.iter().any(|r| r.verdict == Verdict::NotJudged) {
+            return 2;
+        }
+        0
+    }
+}
+
+/// Time the loopback server gets to listen before its client connects.
+const SERVER_START: Duration = Duration::from_millis(1000);
+
+/// Run every configured gate, in order.
+pub fn run_tier(input: &TierInput<'_>) -> TierOutcome {
+    let cfg = &input.config.acceptance;
+    let model = input.snapshot.gpus.iter().find_map(|g| g.name.clone());
+    if let Some(why) = &input.job_running {
+        return TierOutcome {
+            refused: Some(format!("a job runs on this node ({why}): no gate ran")),
+            model,
+            results: Vec::new(),
+            findings: Vec::new(),
+        };
+    }
+    let th = thresholds::in_force(cfg, model.as_deref().unwrap_or("unknown GPU"));
+    let deadline = Instant::now() + Duration::from_secs(cfg.timeout_s);
+    let mut results = Vec::new();
+    let mut dcgm_findings = Vec::new();
+    for gate in &cfg.gates {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            results.push(spent(*gate, &th, cfg.timeout_s));
+            continue;
+        }
+        match gate {
+            GateName::Dcgm => {
+                let (r, f) = dcgm_gate(input, &th, left);
+                results.push(r);
+                dcgm_findings.extend(f);
+            }
+            GateName::AllReduce => results.push(all_reduce_gate(input, &th, left)),
+            GateName::HostToDevice => results.extend(h2d_gate(input, &th, left)),
+            GateName::Rdma => results.extend(rdma_gate(input, &th, deadline)),
+        }
+    }
+    // A failed diag is told by its own findings (test and GPU).
+    let mut findings: Vec<Finding> = results
+        .iter()
+        .filter(|r| !(r.gate == GateName::Dcgm && r.verdict == Verdict::Failed))
+        .filter_map(GateResult::finding)
+        .collect();
+    findings.extend(dcgm_findings);
+    TierOutcome {
+        refused: None,
+        model,
+        results,
+        findings,
+    }
+}
+
+fn spent(gate: GateName, th: &InForce, total_s: u64) -> GateResult {
+    let why = format!("the tier's {total_s} s were spent before it");
+    let run = ToolRun::TimedOut { ms: 0 };
+    let mut r = judge::judge_all_reduce(&run, th, 0);
+    r.gate = gate;
+    r.detail = why;
+    r
+}
+
+fn limit(gate_s: u64, left: Duration) -> Duration {
+    Duration::from_secs(gate_s).min(left)
+}
+
+fn no_gpus(input: &TierInput<'_>) -> Option<String> {
+    if !input.snapshot.gpus.is_empty() {
+        return None;
+    }
+    Some(match &input.snapshot.nvml_error {
+        Some(e) => format!("NVML gave no GPUs: {e:?}"),
+        None => "NVML gave no GPUs".into(),
+    })
+}
+
+fn dcgm_gate(input: &TierInput<'_>, th: &InForce, left: Duration) -> (GateResult, Vec<Finding>) {
+    let cfg = &input.config.acceptance;
+    let dc = DcgmConfig {
+        enabled: true,
+        level: cfg.dcgm_level,
+        timeout_ms: limit(cfg.dcgm_timeout_s, left).as_millis() as u64,
+        ..input.config.dcgm.clone()
+    };
+    let outcome = dcgm::run_diag(&dc, input.search_path, &[]);
+    let mut r = judge::judge_dcgm(&outcome, th, dc.level);
+    if let DcgmOutcome::NotInstalled = outcome {
+        r.detail = format!("{} not found", dc.dcgmi.display());
+    }
+    let drains: Vec<Finding> = match &outcome {
+        DcgmOutcome::Failed(f) => f.iter().filter(|f| f.action.drains()).cloned().collect(),
+        _ => Vec::new(),
+    };
+    (r, drains)
+}
+
+fn all_reduce_gate(input: &TierInput<'_>, th: &InForce, left: Duration) -> GateResult {
+    let cfg = &input.config.acceptance;
+    let gpus = input.snapshot.gpus.len();
+    if let Some(why) = no_gpus(input) {
+        return judge::judge_all_reduce(&ToolRun::Failed { why }, th, gpus);
+    }
+    let args = substitute(&cfg.all_reduce_args, "{gpus}", &gpus.to_string());
+    let run = run_tool(
+        &cfg.all_reduce_perf,
+        &args,
+        input.search_path,
+        limit(cfg.all_reduce_timeout_s, left),
+    );
+    judge::judge_all_reduce(&run, th, gpus)
+}
+
+fn h2d_gate(input: &TierInput<'_>, th: &InForce, left: Duration) -> Vec<GateResult> {
+    let cfg = &input.config.acceptance;
+    if let Some(why) = no_gpus(input) {
+        return judge::judge_h2d(&ToolRun::Failed { why }, th);
+    }
+    let run = run_tool(
+        &cfg.nvbandwidth,
+        &cfg.nvbandwidth_args,
+        input.search_path,
+        limit(cfg.nvbandwidth_timeout_s, left),
+    );
+    judge::judge_h2d(&run, th)
+}
+
+fn rdma_gate(input: &TierInput<'_>, th: &InForce, deadline: Instant) -> Vec<GateResult> {
+    let cfg = &input.config.acceptance;
+    if input.hcas.is_empty() {
+        let mut r = judge::judge_rdma(
+            "-",
+            None,
+            &ToolRun::Failed {
+                why: "no HCA with an active port".into(),
+            },
+            th,
+        );
+        r.subject = None;
+        r.holds = false;
+        return vec![r];
+    }
+    let Some(program) = find_program(&cfg.ib_bw, input.search_path) else {
+        let run = ToolRun::Missing {
+            program: cfg.ib_bw.display().to_string(),
+        };
+        return vec![judge::judge_rdma("-", None, &run, th)]
+            .into_iter()
+            .map(|mut r| {
+                r.subject = None;
+                r
+            })
+            .collect();
+    };
+    input
+        .hcas
+        .iter()
+        .map(|hca| {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let run = if left.is_zero() {
+                ToolRun::TimedOut { ms: 0 }
+            } else {
+                loopback(&program, cfg, &hca.name, limit(cfg.ib_bw_timeout_s, left))
+            };
+            judge::judge_rdma(&hca.name, hca.rate_gbps, &run, th)
+        })
+        .collect()
+}
+
+/// `ib_write_bw ARGS` as the server, then `ib_write_bw ARGS localhost` as
+/// the client, both within `limit`; the server is killed (with its
+/// process group) whatever happens.
+fn loopback(program: &Path, cfg: &AcceptanceConfig, hca: &str, limit: Duration) -> ToolRun {
+    let args = substitute(&cfg.ib_bw_args, "{hca}", hca);
+    let server = match Server::start(program, &args) {
+        Ok(s) => s,
+        Err(e) => {
+            return ToolRun::Failed {
+                why: format!("cannot start the {} server: {e}", program.display()),
+            }
+        }
+    };
+    let wait = SERVER_START.min(limit / 2);
+    std::thread::sleep(wait);
+    let mut client_args = args;
+    client_args.push("localhost".into());
+    let run = run_found(program, &client_args, limit.saturating_sub(wait));
+    drop(server);
+    run
+}
+
+/// A background program killed with its process group when dropped.
+struct Server(Child);
+
+impl Server {
+    fn start(program: &Path, args: &[String]) -> std::io::Result<Server> {
+        use std::os::unix::process::CommandExt;
+        Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map(Server)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            if let Ok(pid) = i32::try_from(self.0.id()) {
+                // SAFETY: signalling the process group this child leads.
+                unsafe {
+                    libc::kill(-pid, libc::SIGKILL);
+                }
+            }
+        }
+        let _ = self.0.wait();
+    }
+}
+
+fn substitute(args: &[String], key: &str, value: &str) -> Vec<String> {
+    args.iter().map(|a| a.replace(key, value)).collect()
+}
+
+/// Where bare tool names are looked for besides the run's PATH.
+const SYSTEM_DIRS: &[&str] = &[
+    "/usr/bin",
+    "/usr/sbin",
+    "/usr/local/bin",
+    "/bin",
+    "/sbin",
+    "/usr/local/cuda/bin",
+];
+
+/// A path with a directory is taken as it is; a bare name is searched
+/// like dcgmi's (`checks::dcgm::resolve`).
+fn find_program(program: &Path, search_path: &[PathBuf]) -> Option<PathBuf> {
+    if program.components().count() > 1 {
+        return is_executable(program).then(|| program.to_path_buf());
+    }
+    search_path
+        .iter()
+        .cloned()
+        .chain(SYSTEM_DIRS.iter().map(PathBuf::from))
+        .filter(|d| d.is_absolute())
+        .map(|d| d.join(program))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+fn run_tool(program: &Path, args: &[String], search_path: &[PathBuf], limit: Duration) -> ToolRun {
+    match find_program(program, search_path) {
+        None => ToolRun::Missing {
+            program: program.display().to_string(),
+        },
+        Some(p) => run_found(&p, args, limit),
+    }
+}
+
+fn run_found(program: &Path, args: &[String], limit: Duration) -> ToolRun {
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let t0 = Instant::now();
+    let out = process::run(program, &argv, limit, MAX_OUTPUT);
+    log::info!(
+        "acceptance: {} {} finished in {} ms",
+        program.display(),
+        args.join(" "),
+        t0.elapsed().as_millis()
+    );
+    match out {
+        Ok(done) => ToolRun::Ended {
+            code: done.status.code(),
+            stdout: done.stdout,
+            stderr: done.stderr,
+        },
+        Err(RunError::Timeout { .. }) => ToolRun::TimedOut {
+            ms: limit.as_millis() as u64,
+        },
+        Err(e @ RunError::Spawn { .. }) => ToolRun::Failed { why: e.to_string() },
+    }
+}

@@ -30,7 +30,12 @@ const OPTIONAL: &[&str] = &[
 ];
 
 /// Per-code maps, documented by example rather than by default.
-const MAPS: &[&str] = &["xid.actions", "xid.rules", "power.racks"];
+const MAPS: &[&str] = &[
+    "xid.actions",
+    "xid.rules",
+    "power.racks",
+    "acceptance.models",
+];
 
 /// `section.key` -> default, from the code.
 fn defaults() -> BTreeMap<String, toml::Value> {
@@ -212,7 +217,12 @@ fn man_page() -> Vec<Documented> {
             .trim()
             .trim_start_matches('(')
             .trim_end_matches(')');
-        let default = inside.split(", ").next().unwrap_or("").to_string();
+        // An array default (`["a", "b"]`) holds commas of its own.
+        let default = match inside.rfind(']') {
+            Some(end) if inside.starts_with('[') => &inside[..=end],
+            _ => inside.split(", ").next().unwrap_or(""),
+        };
+        let default = default.replace("\\(dq", "\"").replace("\\-", "-");
         out.push(Documented {
             key: if section.is_empty() {
                 key.to_string()
@@ -355,6 +365,18 @@ fn xid_rule_ranges_are_documented() {
             "packaging/man/gpu-health.toml.5",
         ),
         ("power.racks.supply_kw", "docs/configuration.md"),
+        ("acceptance.models.all_reduce_gbs", "docs/configuration.md"),
+        ("acceptance.models.h2d_gbs", "docs/configuration.md"),
+        ("acceptance.models.rdma_gbps", "docs/configuration.md"),
+        ("acceptance.models.rdma_fraction", "docs/configuration.md"),
+        (
+            "acceptance.models.all_reduce_gbs",
+            "packaging/man/gpu-health.toml.5",
+        ),
+        (
+            "acceptance.models.rdma_fraction",
+            "packaging/man/gpu-health.toml.5",
+        ),
         ("power.racks.cooling_kw", "docs/configuration.md"),
         ("power.racks.node_overhead_w", "docs/configuration.md"),
         ("power.racks.supply_kw", "packaging/man/gpu-health.toml.5"),

@@ -142,6 +142,13 @@ pub fn parse(text: &str) -> Result<AllReduceRun, ParseError> {
     if run.rows.is_empty() {
         return Err(ParseError::new("no all_reduce_perf result row"));
     }
+    if run.avg_busbw.is_none() {
+        // The summary ends a complete table: without it the largest sizes
+        // may be missing, and a small size's figure is no verdict.
+        return Err(ParseError::new(
+            "all_reduce_perf output ends before its summary (# Avg bus bandwidth)",
+        ));
+    }
     Ok(run)
 }
 

@@ -32,7 +32,7 @@ pub const DEFAULT_RDMA_FRACTION: f64 = 0.9;
 pub const TABLE: &[ModelRow] = &[
     ModelRow {
         label: "A100 SXM 80GB",
-        nvml_names: &["A100-SXM4-80GB", "A100 80GB HBM2e"],
+        nvml_names: &["A100-SXM4-80GB"],
         all_reduce_gbs: Some(228.0),
         h2d_gbs: Some(20.0),
         source: "all-reduce: Azure ND A100 v4 health checks (NCCL all-reduce 228 GB/s); \
@@ -47,7 +47,7 @@ pub const TABLE: &[ModelRow] = &[
     },
     ModelRow {
         label: "H100 SXM",
-        nvml_names: &["H100 80GB HBM3", "H100 SXM5 80GB", "H100 SXM5 64GB"],
+        nvml_names: &["H100 80GB HBM3"],
         all_reduce_gbs: Some(460.0),
         h2d_gbs: Some(52.0),
         source: "Azure ND H100 v5 health checks: NVLink all-reduce 460 GB/s, host-to-device \
@@ -63,7 +63,7 @@ pub const TABLE: &[ModelRow] = &[
     },
     ModelRow {
         label: "H200",
-        nvml_names: &["H200", "H200 141GB HBM3e"],
+        nvml_names: &["H200"],
         all_reduce_gbs: Some(460.0),
         h2d_gbs: Some(52.0),
         source: "as H100 SXM: same NVLink 4 (900 GB/s) and PCIe Gen5 x16 (NVIDIA datasheet); \

@@ -388,6 +388,47 @@ pub static VERSION: CommandSpec = CommandSpec {
     reads_config: false,
 };
 
+pub static ACCEPT: CommandSpec = CommandSpec {
+    name: "accept",
+    summary: "run the acceptance tier now: DCGM diag and bandwidth gates (never drains)",
+    about: "Run the acceptance tier on this idle node now (docs/acceptance.md): dcgmi diag at \
+            [acceptance] dcgm_level, nccl-tests all_reduce_perf, nvbandwidth host-to-device and \
+            a perftest loopback per HCA, each with its time limit and without a shell, judged \
+            against the thresholds for the node's GPU model (the built-in table, overridden per \
+            model by [acceptance.models]). Prints each gate's figure, threshold and verdict: \
+            passed, FAILED, or not judged (tool missing, time-out, unreadable output, no \
+            threshold). Refuses while a job runs on the node (a job's start snapshot in the \
+            state directory, or a compute process on a GPU). It never drains: it reports. It \
+            runs whatever [acceptance] enabled says.",
+    options: &[
+        Opt::flag(
+            "json",
+            "the model, each gate's result and the findings as one JSON object",
+        ),
+        Opt::flag(
+            "force",
+            "run even while a job runs on the node (its figures then measure a shared node)",
+        ),
+        Opt::with(
+            "gates",
+            "LIST",
+            "run these gates instead of [acceptance] gates: dcgm, all-reduce, host-to-device, \
+             rdma, separated by commas",
+        ),
+    ],
+    operands: &[],
+    exit: &[
+        (0, "every gate passed"),
+        (1, "a gate failed"),
+        (
+            2,
+            "a gate was not judged (or had no threshold), a job runs on the node, a usage \
+             error, or a configuration error",
+        ),
+    ],
+    reads_config: true,
+};
+
 /// Every command, in the order of the help.
 pub static COMMANDS: &[&CommandSpec] = &[
     &CHECK,
@@ -397,6 +438,7 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &REPORT,
     &HEALTH_CHECK,
     &RESUME,
+    &ACCEPT,
     &STEP_END,
     &CONFIG_CHECK,
     &COMPLETIONS,

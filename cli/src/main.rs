@@ -2,6 +2,7 @@
 //! command's options are read by its table (`commands`, `spec`), which
 //! also gives its `--help`, the man page and the shell completions.
 
+mod accept;
 mod check;
 mod commands;
 mod config_cmd;
@@ -118,6 +119,7 @@ fn run(spec: &'static CommandSpec, p: &Parsed) -> i32 {
         "watch" => watch::run(p, read),
         "health-check" => health::run(start(p, StateAccess::Write)),
         "resume" => resume::run(p, || start(p, StateAccess::Write)),
+        "accept" => accept::run(p, read),
         "step-end" => step_end::run(p, read),
         "config check" => config_cmd::run(p),
         "completions" => match p.operand(0).and_then(generate::complete::script) {

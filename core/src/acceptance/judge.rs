@@ -233,6 +233,11 @@ fn tail(stderr: &str, stdout: &str) -> String {
         .unwrap_or_else(|| "no output".into())
 }
 
+/// A gate that did not run: `holds` when that keeps the node drained.
+pub fn not_run(gate: GateName, th: &InForce, why: &str, holds: bool) -> GateResult {
+    GateResult::new(gate, &th.label).not_judged(why, holds)
+}
+
 /// `all_reduce_perf` over `gpus` GPUs.
 pub fn judge_all_reduce(run: &ToolRun, th: &InForce, gpus: usize) -> GateResult {
     let r = GateResult::new(GateName::AllReduce, &th.label);

@@ -168,11 +168,7 @@ pub fn run_tier(input: &TierInput<'_>) -> TierOutcome {
 
 fn spent(gate: GateName, th: &InForce, total_s: u64) -> GateResult {
     let why = format!("the tier's {total_s} s were spent before it");
-    let run = ToolRun::TimedOut { ms: 0 };
-    let mut r = judge::judge_all_reduce(&run, th, 0);
-    r.gate = gate;
-    r.detail = why;
-    r
+    judge::not_run(gate, th, &why, true)
 }
 
 fn limit(gate_s: u64, left: Duration) -> Duration {
@@ -242,29 +238,16 @@ fn h2d_gate(input: &TierInput<'_>, th: &InForce, left: Duration) -> Vec<GateResu
 fn rdma_gate(input: &TierInput<'_>, th: &InForce, deadline: Instant) -> Vec<GateResult> {
     let cfg = &input.config.acceptance;
     if input.hcas.is_empty() {
-        let mut r = judge::judge_rdma(
-            "-",
-            None,
-            &ToolRun::Failed {
-                why: "no HCA with an active port".into(),
-            },
+        return vec![judge::not_run(
+            GateName::Rdma,
             th,
-        );
-        r.subject = None;
-        r.holds = false;
-        return vec![r];
+            "no HCA with an active port",
+            false,
+        )];
     }
     let Some(program) = find_program(&cfg.ib_bw, input.search_path) else {
-        let run = ToolRun::Missing {
-            program: cfg.ib_bw.display().to_string(),
-        };
-        return vec![judge::judge_rdma("-", None, &run, th)]
-            .into_iter()
-            .map(|mut r| {
-                r.subject = None;
-                r
-            })
-            .collect();
+        let why = format!("{} not found", cfg.ib_bw.display());
+        return vec![judge::not_run(GateName::Rdma, th, &why, true)];
     };
     input
         .hcas

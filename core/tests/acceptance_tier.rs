@@ -357,3 +357,65 @@ fn dcgm_runs_at_the_configured_level() {
     assert_eq!(out.findings[0].gpu, Some(2));
     assert_eq!(out.findings[0].action, Action::Drain);
 }
+
+#[test]
+fn the_hcas_are_the_active_ib_and_roce_ones_unless_configured() {
+    use gpu_health_core::fabric::{LinkLayer, RdmaPort};
+    let port = |device: &str, layer: LinkLayer, active: bool, rate: f64| RdmaPort {
+        device: device.into(),
+        port: 1,
+        link_layer: layer,
+        state: Some(if active { "4: ACTIVE" } else { "1: DOWN" }.into()),
+        phys_state: Some(if active { "5: LinkUp" } else { "3: Disabled" }.into()),
+        rate: None,
+        rate_gbps: Some(rate),
+        gids: Vec::new(),
+    };
+    let fabric = gpu_health_core::fabric::Fabric {
+        ports: vec![
+            port("mlx5_1", LinkLayer::InfiniBand, true, 400.0),
+            port("mlx5_0", LinkLayer::Ethernet, true, 200.0),
+            port("mlx5_2", LinkLayer::InfiniBand, false, 400.0),
+            port("efa_0", LinkLayer::Other("Unknown".into()), true, 100.0),
+        ],
+        ..Default::default()
+    };
+    let mut cfg = Config::default().acceptance;
+    let names = |h: Vec<Hca>| {
+        h.into_iter()
+            .map(|h| (h.name, h.rate_gbps))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(gpu_health_core::acceptance::hcas_of(&cfg, &fabric)),
+        [
+            ("mlx5_0".to_string(), Some(200.0)),
+            ("mlx5_1".to_string(), Some(400.0))
+        ]
+    );
+    cfg.hcas = vec!["mlx5_2".into(), "mlx5_9".into()];
+    assert_eq!(
+        names(gpu_health_core::acceptance::hcas_of(&cfg, &fabric)),
+        [
+            ("mlx5_2".to_string(), Some(400.0)),
+            ("mlx5_9".to_string(), None)
+        ]
+    );
+}
+
+#[test]
+fn the_tier_is_wanted_after_the_boots_the_site_chose() {
+    use gpu_health_core::acceptance::{wanted, Boot};
+    let mut cfg = Config::default().acceptance;
+    assert!(!wanted(&cfg, Boot::RequestedReboot), "off by default");
+    cfg.enabled = true;
+    assert!(wanted(&cfg, Boot::RequestedReboot));
+    assert!(!wanted(&cfg, Boot::Other));
+    cfg.after_any_boot = true;
+    assert!(wanted(&cfg, Boot::Other));
+    cfg.after_reboot = false;
+    assert!(
+        wanted(&cfg, Boot::RequestedReboot),
+        "any boot includes a requested one"
+    );
+}

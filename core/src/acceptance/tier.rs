@@ -12,7 +12,7 @@ use super::thresholds::{self, InForce};
 use super::{GateName, MAX_OUTPUT};
 use crate::checks::dcgm::{self, DcgmOutcome};
 use crate::config::{AcceptanceConfig, Config, DcgmConfig};
-use crate::fabric::Fabric;
+use crate::fabric::{Fabric, LinkLayer};
 use crate::finding::Finding;
 use crate::process::{self, RunError};
 use crate::snapshot::NodeSnapshot;
@@ -43,7 +43,8 @@ pub struct Hca {
 }
 
 /// The HCAs the rdma gate tests: those configured, else every HCA with
-/// an active port (InfiniBand or RoCE); the rate is its fastest port's.
+/// an active InfiniBand or RoCE port (not EFA's `Unknown`: perftest's
+/// verbs loopback does not apply there); the rate is its fastest port's.
 pub fn hcas_of(cfg: &AcceptanceConfig, fabric: &Fabric) -> Vec<Hca> {
     let rate = |name: &str| {
         fabric
@@ -54,7 +55,11 @@ pub fn hcas_of(cfg: &AcceptanceConfig, fabric: &Fabric) -> Vec<Hca> {
             .max_by(f64::total_cmp)
     };
     let names: Vec<String> = if cfg.hcas.is_empty() {
-        let mut n: Vec<String> = fabric.active_ports().map(|p| p.device.clone()).collect();
+        let mut n: Vec<String> = fabric
+            .active_ports()
+            .filter(|p| matches!(p.link_layer, LinkLayer::InfiniBand | LinkLayer::Ethernet))
+            .map(|p| p.device.clone())
+            .collect();
         n.sort();
         n.dedup();
         n

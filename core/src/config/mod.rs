@@ -12,6 +12,7 @@ mod keys;
 mod load;
 pub mod place;
 mod power;
+mod remediation;
 mod sections;
 mod xid;
 
@@ -24,6 +25,7 @@ pub use keys::{check as check_range, range_of, KeyRange, NVML_DEADLINE_FLOOR_MS,
 pub use load::{
     config_path, load, load_for_node, node_dropin_path, parse, Loaded, NamedBy, MAX_CONFIG_BYTES,
 };
+pub use remediation::RemediationConfig;
 pub use power::{
     check_racks, expand as expand_node_range, PowerSection, Rack, RackConfig, MAX_POWER_NODES,
 };
@@ -86,6 +88,8 @@ pub struct Config {
     pub brake: BrakeConfig,
     /// Automatic return of drain-until-clean drains.
     pub recovery: RecoveryConfig,
+    /// Reboots through Slurm for faults a reboot clears.
+    pub remediation: RemediationConfig,
     /// `dcgmi diag` tier.
     pub dcgm: DcgmConfig,
     /// RDMA ports the node must have up.
@@ -151,6 +155,7 @@ impl Default for Config {
             xid: XidConfig::default(),
             brake: BrakeConfig::default(),
             recovery: RecoveryConfig::default(),
+            remediation: RemediationConfig::default(),
             dcgm: DcgmConfig::default(),
             rdma: RdmaConfig::default(),
             power: PowerSection::default(),
@@ -233,6 +238,7 @@ impl Config {
         push(self.xid.validate());
         push(self.brake.validate());
         push(self.recovery.validate());
+        push(self.remediation.validate());
         push(self.dcgm.validate());
         push(self.rdma.validate());
         push(self.step_end.validate());

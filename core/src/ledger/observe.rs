@@ -2,8 +2,8 @@
 //! faults that stand no more let go, each draining finding merged into
 //! its fault (gravest action sticks), escalation, and the bound.
 
-use crate::config::RecoveryConfig;
-use crate::finding::{Action, Finding};
+use crate::config::{RecoveryConfig, RemediationConfig};
+use crate::finding::{Action, Finding, Remedy};
 
 use super::{capped, Fault, FaultId, Handling, Ledger, Source, MAX_FAULTS, MAX_MESSAGE};
 use super::{MAX_RETURNS, MAX_SUMMARY, MAX_WHY};
@@ -49,6 +49,7 @@ impl Ledger {
         findings: &[Finding],
         view: &RunView,
         cfg: &RecoveryConfig,
+        remediation: &RemediationConfig,
     ) -> Observed {
         self.keep_clock_honest(view.now_ms);
         if view.config_ok && view.scans_kernel_log {
@@ -60,6 +61,7 @@ impl Ledger {
             .iter()
             .filter(|f| f.action.drains())
             .map(|f| self.escalated(f, cfg, view.now_ms))
+            .map(|f| self.inspected(f, remediation, view.now_ms))
             .collect();
         let fresh = !draining.is_empty();
         if !fresh {
@@ -68,7 +70,7 @@ impl Ledger {
         let escalated = draining
             .iter()
             .zip(findings.iter().filter(|f| f.action.drains()))
-            .filter(|(now, was)| now.action > was.action)
+            .filter(|(now, was)| now.action > was.action || now.remedy > was.remedy)
             .map(|(now, _)| FaultId::of(now).kind())
             .collect();
         for f in &draining {
@@ -89,6 +91,7 @@ impl Ledger {
             match &mut f.handling {
                 Handling::Drained { at_ms } => clamp(at_ms),
                 Handling::Pending { since_ms, .. } => clamp(since_ms),
+                Handling::Rebooted { at_ms } => clamp(at_ms),
                 Handling::New => {}
             }
         }
@@ -103,6 +106,12 @@ impl Ledger {
             clamp(c);
         }
         for r in &mut self.returns {
+            clamp(&mut r.at_ms);
+        }
+        for r in &mut self.reboots {
+            clamp(&mut r.at_ms);
+        }
+        if let Some(r) = &mut self.reboot_asked {
             clamp(&mut r.at_ms);
         }
     }
@@ -141,6 +150,30 @@ impl Ledger {
         f
     }
 
+    /// A fault a reboot clears that came back after `max_reboots` reboots
+    /// for its kind within the window goes to hardware inspection:
+    /// `drain`, no more reboots.
+    fn inspected(&self, mut f: Finding, cfg: &RemediationConfig, now_ms: u64) -> Finding {
+        if !cfg.reboot || f.remedy != Remedy::Reboot {
+            return f;
+        }
+        let kind = FaultId::of(&f).kind();
+        let reboots = self.reboots_for(&kind, now_ms, cfg.window_ms());
+        if reboots < cfg.max_reboots as usize {
+            return f;
+        }
+        let h = cfg.window_hours;
+        f.action = Action::Drain;
+        f.remedy = Remedy::Inspection;
+        f.summary = format!("{}, back after {reboots} reboots in {h} h", f.summary);
+        f.message.push_str(&format!(
+            "; it came back after {reboots} reboots within {h} h: the hardware needs inspection, \
+             no more reboots (remediation.max_reboots = {})",
+            cfg.max_reboots
+        ));
+        f
+    }
+
     /// One finding into its fault: the gravest action sticks with its
     /// text (the first finding's, among equals: the one that says where
     /// the fault was first seen, e.g. during which job); a milder one
@@ -157,6 +190,11 @@ impl Ledger {
                 }
                 if e.pci.is_none() {
                     e.pci = f.pci.clone();
+                }
+                e.remedy = e.remedy.max(f.remedy);
+                // Back after the reboot that was to clear it.
+                if e.rebooted() {
+                    e.handling = Handling::New;
                 }
                 e.last_ms = now;
                 // Found again by a run that could judge it.
@@ -175,6 +213,7 @@ impl Ledger {
                 last_ms: now,
                 handling: Handling::New,
                 provisional: !view.config_ok,
+                remedy: f.remedy,
             }),
         }
     }
@@ -213,6 +252,7 @@ impl Ledger {
             .map_or(Source::Imported, |f| f.source);
         let first_ms = folded.iter().map(|f| f.first_ms).min().unwrap_or(0);
         let last_ms = folded.iter().map(|f| f.last_ms).max().unwrap_or(0);
+        let remedy = folded.iter().map(|f| f.remedy).max().unwrap_or_default();
         // Drained only when every folded fault was.
         let handling = folded
             .iter()
@@ -233,6 +273,7 @@ impl Ledger {
             last_ms,
             handling,
             provisional: false,
+            remedy,
         });
     }
 }

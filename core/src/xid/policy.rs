@@ -10,6 +10,7 @@ use super::catalog::{sxid_is_fatal, DefaultAction, CATALOG};
 use super::event::{EventKind, XidEvent};
 use super::rules::{default_escalation, DEFAULT_BURST_SECONDS};
 use crate::config::{CodeKey, PolicyAction, XidConfig};
+use crate::finding::Remedy;
 
 /// What the policy says about one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,8 +211,34 @@ impl Policy {
 /// than none needs someone to reset or reboot: drain. Text we cannot read
 /// is a warning, not a silent pass.
 pub fn recovery_action(message: &str) -> PolicyAction {
+    recovery_target(message).0
+}
+
+/// What clears an Xid: a reboot where NVIDIA's catalog says reset the
+/// GPU or restart the node, where an Xid 154 asks for a reset or a
+/// reboot, and for a fatal SXid (the NVSwitch and its GPUs must be
+/// reset); a person otherwise.
+pub fn remedy(ev: &XidEvent) -> Remedy {
+    use super::catalog::{entry, Resolution};
+    let reboot = match ev.kind {
+        EventKind::Sxid => sxid_is_fatal(&ev.message),
+        EventKind::Xid => match entry(ev.code).map(|e| e.resolution) {
+            Some(Resolution::ResetGpu | Resolution::RebootNode) => true,
+            Some(Resolution::FollowRecoveryAction) => recovery_target(&ev.message).1,
+            _ => ev.fallen_off_bus,
+        },
+    };
+    if reboot {
+        Remedy::Reboot
+    } else {
+        Remedy::Person
+    }
+}
+
+/// Xid 154's action, and whether a reset or reboot clears it.
+fn recovery_target(message: &str) -> (PolicyAction, bool) {
     let Some((_, target)) = message.rsplit_once(" to ") else {
-        return PolicyAction::Warn;
+        return (PolicyAction::Warn, false);
     };
     let target = target.trim();
     let number = target
@@ -227,16 +254,18 @@ pub fn recovery_action(message: &str) -> PolicyAction {
         .map(|(_, w)| w.trim_end_matches(['.', ')', ' ']))
         .unwrap_or(target)
         .to_ascii_lowercase();
+    // nvmlDeviceGpuRecoveryAction_t: 1 GPU reset, 2 node reboot, 3 drain
+    // P2P, 4 drain and reset, 5 IMEX recovery, 6 bus reset, 7 system
+    // reboot.
+    let reset = ["reset", "reboot", "flr"].iter().any(|w| words.contains(w));
     match number {
-        Some(0) => PolicyAction::Info,
-        Some(1..=7) => PolicyAction::Drain,
-        _ if words == "none" => PolicyAction::Info,
-        _ if ["reset", "reboot", "drain", "flr", "recover"]
-            .iter()
-            .any(|w| words.contains(w)) =>
-        {
-            PolicyAction::Drain
+        Some(0) => (PolicyAction::Info, false),
+        Some(n @ 1..=7) => (PolicyAction::Drain, matches!(n, 1 | 2 | 4 | 6 | 7)),
+        _ if words == "none" => (PolicyAction::Info, false),
+        _ if reset => (PolicyAction::Drain, true),
+        _ if ["drain", "recover"].iter().any(|w| words.contains(w)) => {
+            (PolicyAction::Drain, false)
         }
-        _ => PolicyAction::Warn,
+        _ => (PolicyAction::Warn, false),
     }
 }

@@ -1,10 +1,12 @@
 # shellcheck shell=bash
-# The second Slurm of the test harness: Debian 13 (trixie) with its Slurm
-# 24.11, in a root directory made with debootstrap, run in a network
-# namespace of its own. Sourced by ci/lib.sh; defines functions only.
+# The Slurm series that run in a Debian root of their own (ci/series.sh:
+# 24.11 in Debian 13 trixie, 26.05 in Debian forky), each made with
+# debootstrap and run in a network namespace of its own. Sourced by
+# ci/lib.sh; defines functions only. The functions act on the series that
+# gh_use_series / gh_enter_series chose (GH_ROOT, GH_ROOT_SUITE, GH_NETNS).
 #
-# - The root is cached between runs on one machine
-#   ($GPU_HEALTH_DEBIAN_ROOT, default /var/cache/gpu-health-ci/debian13),
+# - A root is cached between runs on one machine
+#   ($GPU_HEALTH_ROOTS/<root>, default /var/cache/gpu-health-ci/<root>),
 #   rebuilt when its package list changes.
 # - While a cluster runs in it, it has its own /dev (a tmpfs with the few
 #   devices a cluster needs and the fake GPU nodes: never the host's
@@ -12,36 +14,22 @@
 #   same path, so every path of the harness means the same inside and
 #   out.
 # - Its daemons run in the network namespace $GH_NETNS (loopback only), so
-#   a 22.05 cluster on the host and a 24.11 one never share a port.
+#   clusters of the host and of every root never share a port.
 # - gh_root_run runs a command of the harness inside (chroot + netns) with
-#   GPU_HEALTH_IN_ROOT=1; ci/slurm-up, ci/slurm-down and ci/e2e/run hand
-#   themselves over to it when given --slurm 24.11.
+#   GPU_HEALTH_IN_ROOT=<series>; ci/slurm-up, ci/slurm-down, ci/e2e/run
+#   and the others hand themselves over to it when given --slurm <series>.
 #
-# What the root holds and why: ../shared/notes/slurm-versions.md.
+# What the roots hold and why: ../shared/notes/slurm-versions.md.
 
-GH_ROOT=${GPU_HEALTH_DEBIAN_ROOT:-/var/cache/gpu-health-ci/debian13}
-# One namespace per checkout, like the cluster directory.
-GH_NETNS=gh-s2411-$(printf '%s' "$GH_REPO" | cksum | cut -d' ' -f1)
-GH_ROOT_SUITE=trixie
+# The same packages in every root (the build needs Rust and Slurm's
+# headers there; ci/package needs dpkg-dev, rpm, binutils; the end-to-end
+# tests check every textfile with prometheus's promtool). All of them
+# here: inside its network namespace a root reaches no package registry.
 GH_ROOT_PACKAGES=(
     slurmctld slurmd slurm-client slurm-wlm munge libslurm-dev
     cargo rustc gcc libc6-dev git ca-certificates
-    dpkg-dev binutils rpm python3 iproute2 procps
+    dpkg-dev binutils rpm python3 iproute2 procps prometheus
 )
-
-# The Slurm series this shell's harness uses: 22.05 on the host, 24.11
-# inside the root.
-gh_series() {
-    if [[ -n ${GPU_HEALTH_IN_ROOT:-} ]]; then echo 24.11; else echo 22.05; fi
-}
-
-# gh_check_series SERIES: the series a --slurm flag may name.
-gh_check_series() {
-    case $1 in
-    22.05 | 24.11) ;;
-    *) gh_die "--slurm must be 22.05 (the host's Debian 12) or 24.11 (a Debian 13 root), got '$1'" ;;
-    esac
-}
 
 gh_root_stamp() { printf '%s/.gpu-health-root\n' "$GH_ROOT"; }
 
@@ -54,36 +42,52 @@ gh_root_mirror() {
     printf '%s\n' "${m:-http://deb.debian.org/debian}"
 }
 
-# Make (or refresh) the root: debootstrap, then Debian 13's packages with
+# The debootstrap script for a suite: its own, else sid's (debootstrap
+# learns new testing suites such as forky only in later releases; every
+# suite after trixie is made the same way as sid).
+gh_root_debootstrap_script() {
+    local dir=/usr/share/debootstrap/scripts
+    if [[ -e $dir/$1 ]]; then printf '%s\n' "$dir/$1"; else printf '%s\n' "$dir/sid"; fi
+}
+
+# Make (or refresh) the root: debootstrap, then the suite's packages with
 # their services kept from starting. A no-op when it is up to date.
 gh_root_ensure() {
-    local want stamp log
+    local want stamp log what="Debian $GH_ROOT_SUITE root of Slurm $GH_SERIES"
     want="$GH_ROOT_SUITE ${GH_ROOT_PACKAGES[*]}"
     stamp=$(gh_root_stamp)
     if [[ -f $stamp && $(cat "$stamp") == "$want" ]]; then
         return 0
     fi
-    [[ $(id -u) == 0 ]] || gh_die "making the Debian 13 root needs root"
-    gh_root_is_mounted && gh_die "$GH_ROOT is in use (mounted); run ci/slurm-down --slurm 24.11 first"
+    [[ $(id -u) == 0 ]] || gh_die "making the $what needs root"
+    gh_root_is_mounted && gh_die "$GH_ROOT is in use (mounted); run ci/slurm-down --slurm $GH_SERIES first"
     command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null ||
         gh_die "debootstrap is missing and could not be installed"
     log=$(mktemp /tmp/gpu-health-root.XXXXXX.log)
     if [[ ! -x $GH_ROOT/usr/bin/apt-get ]]; then
-        gh_say "making a Debian 13 root in $GH_ROOT (debootstrap, about a minute)"
+        gh_say "making the $what in $GH_ROOT (debootstrap, about a minute)"
         rm -rf "${GH_ROOT:?}"
         mkdir -p "$GH_ROOT"
-        debootstrap --variant=minbase "$GH_ROOT_SUITE" "$GH_ROOT" "$(gh_root_mirror)" >"$log" 2>&1 ||
+        debootstrap --variant=minbase "$GH_ROOT_SUITE" "$GH_ROOT" "$(gh_root_mirror)" \
+            "$(gh_root_debootstrap_script "$GH_ROOT_SUITE")" >"$log" 2>&1 ||
             { tail -n 20 "$log" >&2; gh_die "debootstrap failed (log: $log)"; }
     fi
     printf '#!/bin/sh\nexit 101\n' >"$GH_ROOT/usr/sbin/policy-rc.d"
     chmod 755 "$GH_ROOT/usr/sbin/policy-rc.d"
     cp /etc/resolv.conf "$GH_ROOT/etc/resolv.conf" 2>/dev/null || true
-    gh_say "installing Slurm 24.11 and the build tools in the root (about a minute)"
+    # A testing suite's Release file is valid for a week only; the package
+    # registry may serve an older copy than that (seen for forky: "Release
+    # file ... is expired"). The signature is still checked.
+    printf 'Acquire::Check-Valid-Until "false";\n' >"$GH_ROOT/etc/apt/apt.conf.d/99gpu-health-valid-until"
+    gh_say "installing Slurm $GH_SERIES and the build tools in the $what (about a minute)"
     mountpoint -q "$GH_ROOT/proc" || mount -t proc proc "$GH_ROOT/proc"
     chroot "$GH_ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
         sh -c 'apt-get update -q && apt-get install -y -q --no-install-recommends "$@"' _ "${GH_ROOT_PACKAGES[@]}" >"$log" 2>&1 ||
         { umount "$GH_ROOT/proc"; tail -n 20 "$log" >&2; gh_die "apt-get in the root failed (log: $log)"; }
     umount "$GH_ROOT/proc"
+    local have
+    have=$(chroot "$GH_ROOT" /usr/sbin/slurmd -V 2>/dev/null | awk '{ print $2 }')
+    [[ $have == "$GH_SERIES".* ]] || gh_die "the $what has Slurm '$have', not $GH_SERIES: fix ci/series.sh"
     printf '%s\n' "$want" >"$stamp"
     rm -f "$log"
 }
@@ -124,8 +128,9 @@ gh_root_mount() {
     if ! ip netns list | grep -qw "$GH_NETNS"; then
         ip netns add "$GH_NETNS"
         ip -n "$GH_NETNS" link set lo up
-        # Slurm 24.11 cannot resolve its own host name when loopback holds
-        # only 127.0.0.1 (see slurm-versions.md): a second address.
+        # Slurm 24.11 and later cannot resolve their own host name when
+        # loopback holds only 127.0.0.1 (see slurm-versions.md): a second
+        # address.
         ip -n "$GH_NETNS" addr add 10.217.0.1/32 dev lo
     fi
 }
@@ -157,16 +162,18 @@ gh_root_run() {
     done
     ip netns exec "$GH_NETNS" chroot "$GH_ROOT" /usr/bin/env -i \
         PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
-        "${vars[@]}" GPU_HEALTH_IN_ROOT=1 GPU_HEALTH_DEBIAN_ROOT="$GH_ROOT" \
+        "${vars[@]}" GPU_HEALTH_IN_ROOT="$GH_SERIES" GPU_HEALTH_ROOTS="$GH_ROOTS_DIR" \
         /bin/bash -c 'cd "$1" && shift && exec "$@"' _ "$PWD" "$@"
 }
 
 # gh_root_handover SCRIPT ARGS...: run a harness script (the demo, a
 # benchmark) inside the root on a build made there first, then unmount.
 gh_root_handover() {
-    local rc=0
-    "$GH_REPO/ci/package" --slurm 24.11 --no-rpm --out "$GH_REPO/target/package-24.11" >/dev/null ||
-        gh_die "the build in the Debian 13 root failed (ci/package --slurm 24.11)"
+    local rc=0 log
+    log=$(mktemp /tmp/gpu-health-handover.XXXXXX.log)
+    "$GH_REPO/ci/package" --slurm "$GH_SERIES" --no-rpm --out "$GH_REPO/target/package-$GH_SERIES" >"$log" 2>&1 ||
+        { tail -n 30 "$log" >&2; gh_die "the build in the $GH_ROOT_SUITE root failed (ci/package --slurm $GH_SERIES; log: $log)"; }
+    rm -f "$log"
     gh_root_mount
     gh_root_run "$@" || rc=$?
     gh_root_umount

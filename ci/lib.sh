@@ -20,13 +20,16 @@
 # Used by the scripts that source this file.
 # shellcheck disable=SC2034
 GH_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The Slurm series (22.05 on the host, the others in Debian roots).
+# shellcheck source=ci/series.sh
+source "$GH_REPO/ci/series.sh"
 # One cluster directory per checkout and Slurm series, so that clusters
-# of several checkouts, and the 22.05 and 24.11 clusters of one, do not
-# meet (slurm-down finds its processes by this path).
-GH_DIR=${GPU_HEALTH_SLURM_DIR:-/tmp/gpu-health-slurm${GPU_HEALTH_IN_ROOT:+-24.11}.$(printf '%s' "$GH_REPO" | cksum | cut -d' ' -f1)}
-# The build of this Slurm series: the host's (22.05), or the one made in
-# the Debian 13 root with its own cargo (ci/package --slurm 24.11).
-GH_BIN_DIR=${GPU_HEALTH_BIN_DIR:-$GH_REPO/target${GPU_HEALTH_IN_ROOT:+/debian13}/release}
+# of several checkouts, and the series of one, do not meet (slurm-down
+# finds its processes by this path).
+GH_DIR=${GPU_HEALTH_SLURM_DIR:-/tmp/gpu-health-slurm$GH_SERIES_DIR_TAG.$GH_CHECKOUT_ID}
+# The build of this Slurm series: the host's, or the one made in the
+# series' root with its own cargo (ci/package --slurm SERIES).
+GH_BIN_DIR=${GPU_HEALTH_BIN_DIR:-$GH_REPO/target$GH_SERIES_TARGET/release}
 GH_SCENARIO_DIR=${GPU_HEALTH_SCENARIO_DIR:-$GH_REPO/nvml-sim/scenarios}
 # nvml-sim library: the built cdylib, or an installed copy.
 # shellcheck disable=SC2034
@@ -159,6 +162,10 @@ gh_install_packages() {
     # rules with it (Debian's prometheus; its service is kept from starting).
     command -v promtool >/dev/null || missing+=(prometheus)
     ((${#missing[@]})) || return 0
+    # A root's network namespace reaches no registry: what it lacks belongs
+    # in its package list, installed when the root is made.
+    [[ -z ${GPU_HEALTH_IN_ROOT:-} ]] ||
+        gh_die "the Slurm ${GPU_HEALTH_IN_ROOT} root lacks ${missing[*]}: add it to GH_ROOT_PACKAGES (ci/debian-root.sh)"
     command -v apt-get >/dev/null || gh_die "missing ${missing[*]} and no apt-get to install them"
     gh_say "installing ${missing[*]} (Debian packages)"
     # Keep the packages' own services (munge, slurmd, slurmctld) from being
@@ -351,6 +358,40 @@ gh_resume_node() {
     if [[ $state == *drain* || $state == down* ]]; then
         scontrol update "NodeName=$1" State=RESUME
     fi
+}
+
+# gh_stop_slurmd NODE: stop NODE's slurmd (when it runs) and wait until
+# it is gone; slurmctld notices only later, as with a node that goes down.
+gh_stop_slurmd() {
+    local pidf=$GH_DIR/run/slurmd-$1.pid pid i
+    pid=$(cat "$pidf" 2>/dev/null) || pid=""
+    if [[ -n $pid ]] && gh_is_ours "$pid"; then
+        kill -TERM "$pid"
+        for ((i = 0; i < 150; i++)); do
+            [[ -e /proc/$pid ]] || break
+            sleep 0.1
+        done
+    fi
+    rm -f "$pidf"
+}
+
+# gh_restart_slurmd NODE [--conf FILE] [VAR=VALUE...]: stop NODE's slurmd
+# and start it again (with slurm.conf FILE instead of the cluster's, and
+# the extra environment), as a site restarts one node's slurmd; the new
+# pid is recorded for slurm-down. Returns when its pid file is there.
+gh_restart_slurmd() {
+    local node=$1 conf=$GH_DIR/etc/slurm.conf pidf i
+    shift
+    if [[ ${1:-} == --conf ]]; then conf=$2; shift 2; fi
+    pidf=$GH_DIR/run/slurmd-$node.pid
+    gh_stop_slurmd "$node"
+    env -u SLURM_CONF "GPU_HEALTH_HARNESS_DIR=$GH_DIR" "$@" slurmd -f "$conf" -N "$node" || return 1
+    for ((i = 0; i < 100; i++)); do
+        [[ -s $pidf ]] && break
+        sleep 0.1
+    done
+    [[ -s $pidf ]] || return 1
+    gh_state_put slurmd_pid "$(cat "$pidf")"
 }
 
 # Job output file.

@@ -127,7 +127,11 @@ test_nvml_hang_bounded_and_drained() {
     local t_alloc deadline=$((SECONDS + 20))
     while :; do
         t_alloc=$(log_time "$(gh_slurmctld_log)" "(Allocate|Started) JobId=$job ")
-        t_fail=$(log_time "$(gh_slurmd_log "$node")" "\\[job $job\\] prolog failed")
+        # 26.05 logs no allocation line at info level: the prolog RPC's
+        # arrival at slurmd (debug level, which the test cluster has).
+        [[ -n $t_alloc ]] || t_alloc=$(log_time "$(gh_slurmd_log "$node")" "_rpc_prolog: starting for JobId=$job ")
+        # "[job N] prolog failed" up to 25.x, "JobId=N SLUID=... prolog failed" on 26.05.
+        t_fail=$(log_time "$(gh_slurmd_log "$node")" "(\\[job $job\\]|JobId=$job ).*prolog failed")
         [[ -n $t_alloc && -n $t_fail ]] && break
         ((SECONDS < deadline)) || break
         sleep 0.5

@@ -5,6 +5,7 @@
 //! overrides applied.
 
 use gpu_health_core::time::format_utc_ms as format_utc;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use gpu_health_core::run::RunContext;
 use gpu_health_core::snapshot::NodeSnapshot;
 use gpu_health_core::text::printable;
 use gpu_health_core::xid::{self, EventKind, Policy, RepeatHistory, Seen, XidEvent};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::spec::Parsed;
@@ -85,8 +87,20 @@ fn run_with_snapshot(opts: &Options, config: &Config, snapshot: &NodeSnapshot) -
     }
     let policy = Policy::from_config(&config.xid);
     if opts.json {
-        for ev in &read.events {
-            println!("{}", Value::Object(json_event(ev, &policy)));
+        // Buffered: a line-buffered stdout would make a system call (and
+        // wake a pipe's reader) per event.
+        let mut out = std::io::BufWriter::with_capacity(64 << 10, std::io::stdout().lock());
+        let written = read
+            .events
+            .iter()
+            .try_for_each(|ev| {
+                serde_json::to_writer(&mut out, &json_event(ev, &policy))?;
+                out.write_all(b"\n")
+            })
+            .and_then(|()| out.flush());
+        if let Err(e) = written {
+            eprintln!("gpu-health xids: cannot write the events: {e}");
+            return 1;
         }
     } else {
         print_table(&read.events, &policy);
@@ -109,28 +123,53 @@ fn drains(events: &[XidEvent], policy: &Policy, now_ms: u64) -> bool {
     .any(|f| f.action.drains())
 }
 
-fn json_event(ev: &XidEvent, policy: &Policy) -> Map<String, Value> {
-    let mut m = Map::new();
-    let kind = match ev.kind {
-        EventKind::Xid => "xid",
-        EventKind::Sxid => "sxid",
-    };
-    m.insert(kind.into(), ev.code.into());
-    m.insert("pci".into(), ev.pci.clone().into());
-    m.insert("gpu".into(), ev.gpu.into());
-    m.insert("uuid".into(), ev.uuid.clone().into());
-    m.insert("pid".into(), ev.pid.into());
-    m.insert("process".into(), ev.process.clone().into());
-    m.insert("message".into(), ev.message.clone().into());
-    m.insert("fallen_off_bus".into(), ev.fallen_off_bus.into());
-    m.insert("count".into(), ev.count.into());
-    m.insert("forgeable".into(), ev.forgeable.into());
-    m.insert("action".into(), policy.decide(ev).action.as_str().into());
-    m.insert("time".into(), ev.time_ms.map(format_utc).into());
-    m.insert("time_ms".into(), ev.time_ms.into());
-    m.insert("monotonic_us".into(), ev.monotonic_us.into());
-    m.insert("seq".into(), ev.seq.into());
-    m
+/// One event as `--json` prints it: the keys in alphabetical order (as
+/// a JSON map would print them), `xid` or `sxid` by its kind. A struct
+/// rather than a map: printed for every event of a log, it must cost
+/// little next to reading the log.
+#[derive(Serialize)]
+struct JsonEvent<'a> {
+    action: &'static str,
+    count: u64,
+    fallen_off_bus: bool,
+    forgeable: bool,
+    gpu: Option<u32>,
+    gpu_instance: Option<u32>,
+    message: &'a str,
+    monotonic_us: Option<u64>,
+    pci: Option<&'a str>,
+    pid: Option<u32>,
+    process: Option<&'a str>,
+    seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sxid: Option<u32>,
+    time: Option<String>,
+    time_ms: Option<u64>,
+    uuid: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    xid: Option<u32>,
+}
+
+fn json_event<'a>(ev: &'a XidEvent, policy: &Policy) -> JsonEvent<'a> {
+    JsonEvent {
+        action: policy.decide(ev).action.as_str(),
+        count: ev.count,
+        fallen_off_bus: ev.fallen_off_bus,
+        forgeable: ev.forgeable,
+        gpu: ev.gpu,
+        gpu_instance: ev.gpu_instance,
+        message: &ev.message,
+        monotonic_us: ev.monotonic_us,
+        pci: ev.pci.as_deref(),
+        pid: ev.pid,
+        process: ev.process.as_deref(),
+        seq: ev.seq,
+        sxid: (ev.kind == EventKind::Sxid).then_some(ev.code),
+        time: ev.time_ms.map(format_utc),
+        time_ms: ev.time_ms,
+        uuid: ev.uuid.as_deref(),
+        xid: (ev.kind == EventKind::Xid).then_some(ev.code),
+    }
 }
 
 /// The action the site's `[xid]` gives `key`, when it overrides the
@@ -436,14 +475,14 @@ mod tests {
         let read = xid::read_since(&file, None, &cfg.xid, &NodeSnapshot::default(), 0).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         let policy = Policy::from_config(&cfg.xid);
-        let a = json_event(&read.events[0], &policy);
+        let a = serde_json::to_value(json_event(&read.events[0], &policy)).unwrap();
         assert_eq!(a["xid"], 79);
         assert_eq!(a["pci"], "0000:3b:00.0");
         assert_eq!(a["pid"], 2210);
         assert_eq!(a["process"], Value::Null);
         assert_eq!(a["action"], "drain");
         assert_eq!(a["message"], "GPU has fallen off the bus.");
-        let b = json_event(&read.events[1], &policy);
+        let b = serde_json::to_value(json_event(&read.events[1], &policy)).unwrap();
         assert_eq!(b["sxid"], 12028);
         assert!(b.get("xid").is_none());
         assert_eq!(b["action"], "warn");

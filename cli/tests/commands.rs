@@ -90,10 +90,13 @@ fn check_shows_the_configuration_error_and_the_action() {
         "{out}"
     );
     assert!(
-        out.lines()
-            .last()
-            .unwrap()
-            .contains("configuration error: nothing would drain"),
+        out.lines().any(|l| l.starts_with("verdict: ")
+            && l.contains("configuration error: nothing would drain")),
+        "{out}"
+    );
+    // What the prolog would do follows the verdict, on the defaults too.
+    assert!(
+        out.lines().last().unwrap().starts_with("the prolog would "),
         "{out}"
     );
     // And on stderr, as it was found: one line, no doubled prefix.
@@ -108,7 +111,14 @@ fn check_shows_the_configuration_error_and_the_action() {
     let row = out.lines().find(|l| l.contains("ecc-uncorrected")).unwrap();
     assert!(row.contains(" drain "), "{row}");
     assert!(!out.contains("fatal"), "{out}");
-    assert_eq!(out.lines().last(), Some("verdict: drain"));
+    assert!(out.lines().any(|l| l == "verdict: drain"), "{out}");
+    assert!(
+        out.lines()
+            .last()
+            .unwrap()
+            .starts_with("the prolog would drain: gpu-health: ECC DBE GPU3"),
+        "{out}"
+    );
 }
 
 /// Issue 24: `check --json --npd` and `watch --json --csv` were accepted

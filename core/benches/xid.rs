@@ -1,8 +1,12 @@
 //! Xid engine benchmarks (figures in docs/benchmarks.md, "Kernel log").
 //!
-//! - full parse of a generated 1,000,000-line syslog-format kernel log, and
-//!   `grep -c 'NVRM: Xid'` on the same file in the same run;
-//! - the prolog's incremental scan of that file after 100 new lines;
+//! - what `gpu-health xids --json FILE` does with a generated
+//!   1,000,000-line dmesg (the file of ci/bench-xids, [`dmesg_line`]):
+//!   `read_since` from the start, then the policy's decision for each
+//!   event; and `grep -c 'NVRM: Xid'` on the same file in the same run
+//!   (ci/bench-xids times the two whole processes);
+//! - the prolog's incremental scan of a 1,000,000-line syslog-format log
+//!   after 100 new lines;
 //! - a scan of a full kmsg ring (16k records, in memory), and of the
 //!   host's /dev/kmsg when it is readable (read only);
 //! - a storm: one scan of 60,000 distinct (code, PCI) events;
@@ -21,7 +25,8 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use gpu_health_core::snapshot::NodeSnapshot;
 use gpu_health_core::state::StateDir;
 use gpu_health_core::xid::{
-    read_since, read_source, scan, Cursor, KmsgSource, LogSource, MemoryRing, XidConfig, XidState,
+    read_since, read_source, scan, Cursor, EventKind, KmsgSource, LogSource, MemoryRing, Policy,
+    XidConfig, XidState,
 };
 
 const HISTORY_LINES: usize = 1_000_000;
@@ -55,6 +60,55 @@ fn log_line(i: usize) -> String {
             "{stamp} kernel: [{mono:12.6}] e1000e 0000:00:1f.6 eno1: NIC Link is Up 1000 Mbps Full Duplex, Flow Control: Rx/Tx"
         ),
     }
+}
+
+/// Line `i` of the dmesg ci/bench-xids generates (the two make the same
+/// bytes): one NVIDIA line in 100 (Xids with and without a MIG instance,
+/// 79, 154, 48, an SXid, other NVRM lines), the rest a node's usual
+/// kernel lines; 81 bytes a line on average.
+fn dmesg_line(i: usize) -> String {
+    const NVIDIA: [&str; 10] = [
+        "NVRM: Xid (PCI:0000:18:00): 31, pid={p}, name=python3, Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f2a_4c000000",
+        "NVRM: Xid (PCI:0000:3b:00 GPU-I:05): 94, pid={p}, name=python3, Contained: SM (0x1). RST: No, D-RST: No",
+        "NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:02): 13, pid={p}, name=a.out, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address",
+        "NVRM: GPU at PCI:0000:18:00: GPU-4f1b2c3d-0000-4000-8000-0123456789ab",
+        "nvidia-nvswitch1: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error (First)",
+        "NVRM: GPU 0000:18:00.0: GPU serial number is 1653723052734.",
+        "NVRM: Xid (PCI:0000:c1:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+        "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  575.51.02  Tue May 13 16:53:40 UTC 2025",
+        "NVRM: Xid (PCI:0000:18:00): 154, pid={p}, name=python3, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
+        "NVRM: Xid (PCI:0000:b5:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0.",
+    ];
+    let us = i as u64 * 137_000;
+    let message = if i % 100 == 0 {
+        NVIDIA[(i / 100) % NVIDIA.len()].replace("{p}", &(1000 + i % 50_000).to_string())
+    } else {
+        match i % 5 {
+            0 => "e1000e 0000:00:1f.6 eno1: NIC Link is Up 1000 Mbps Full Duplex".to_string(),
+            1 => format!(
+                "audit: type=1400 audit(1732885201.{}:{i}): apparmor=\"DENIED\"",
+                i % 1000
+            ),
+            2 => format!(
+                "usb 1-1.{}: new high-speed USB device number {} using xhci_hcd",
+                i % 8,
+                i % 128
+            ),
+            3 => "EXT4-fs (nvme0n1p2): mounted filesystem with ordered data mode".to_string(),
+            _ => "systemd-journald[812]: Received client request to flush runtime journal."
+                .to_string(),
+        }
+    };
+    format!("[{:5}.{:06}] {message}", us / 1_000_000, us % 1_000_000)
+}
+
+fn write_lines(path: &Path, lines: usize, line: impl Fn(usize) -> String) {
+    let file = std::fs::File::create(path).expect("bench log");
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+    for i in 0..lines {
+        writeln!(w, "{}", line(i)).expect("write");
+    }
+    w.flush().expect("flush");
 }
 
 fn write_log(path: &Path, from: usize, to: usize, append: bool) {
@@ -103,23 +157,41 @@ fn benches(c: &mut Criterion) {
     write_log(&log, 0, HISTORY_LINES, false);
     let cfg = XidConfig::default();
     let snap = NodeSnapshot::default();
-    let size = std::fs::metadata(&log).expect("log").len();
 
-    // The grep ratio, measured side by side (best of 5 each).
-    let parse_all = || read_since(&log, None, &cfg, &snap, NOW_MS).expect("read");
-    let events = parse_all().events.len();
-    let grep_hits = grep_count(&log);
-    assert_eq!(events, grep_hits, "parser and grep disagree");
+    // `gpu-health xids --json FILE`'s work on ci/bench-xids's dmesg, and
+    // grep on the same file, side by side (best of 5 each).
+    let dmesg = dir.path().join("dmesg.txt");
+    write_lines(&dmesg, HISTORY_LINES, dmesg_line);
+    let size = std::fs::metadata(&dmesg).expect("dmesg").len();
+    let xids_json = || {
+        let read = read_since(&dmesg, None, &cfg, &snap, NOW_MS).expect("read");
+        let policy = Policy::from_config(&cfg);
+        let actions: Vec<&str> = read
+            .events
+            .iter()
+            .map(|e| policy.decide(e).action.as_str())
+            .collect();
+        (read, actions.len())
+    };
+    let (read, _) = xids_json();
+    let xids = read
+        .events
+        .iter()
+        .filter(|e| e.kind == EventKind::Xid)
+        .count();
+    let grep_hits = grep_count(&dmesg);
+    assert_eq!(xids, grep_hits, "parser and grep disagree");
     let ours = min_time(5, || {
-        parse_all();
+        xids_json();
     });
     let grep = min_time(5, || {
-        grep_count(&log);
+        grep_count(&dmesg);
     });
     eprintln!(
-        "xid full parse: {} lines, {:.1} MB, {events} Xids: ours {:.1} ms, grep -c {:.1} ms, ratio {:.2}",
+        "xid full parse: {} lines of dmesg, {:.1} MB, {xids} Xids ({} events): ours {:.1} ms, grep -c {:.1} ms, ratio {:.2}",
         HISTORY_LINES,
         size as f64 / 1e6,
+        read.events.len(),
         ours.as_secs_f64() * 1e3,
         grep.as_secs_f64() * 1e3,
         ours.as_secs_f64() / grep.as_secs_f64()
@@ -127,9 +199,10 @@ fn benches(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("xid_full_parse_1m_lines");
     g.sample_size(10).measurement_time(Duration::from_secs(4));
-    g.bench_function("gpu_health_read_since", |b| b.iter(parse_all));
-    g.bench_function("grep_c_nvrm_xid", |b| b.iter(|| grep_count(&log)));
+    g.bench_function("gpu_health_xids_json", |b| b.iter(xids_json));
+    g.bench_function("grep_c_nvrm_xid", |b| b.iter(|| grep_count(&dmesg)));
     g.finish();
+    let parse_all = || read_since(&log, None, &cfg, &snap, NOW_MS).expect("read");
 
     // Incremental: cursor at the end of the history, 100 new lines.
     let history_end = parse_all().cursor.expect("cursor");

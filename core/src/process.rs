@@ -288,6 +288,10 @@ fn drive(
             }
         }
     }
+    // Its pipes closed: the child is exiting. Look again soon (a fixed
+    // 2 ms nap here cost every run through the SPANK plugin's step-end
+    // notice up to 2 ms), backing off to 2 ms for one that lingers.
+    let mut nap = Duration::from_micros(50);
     let status = match status {
         Some(s) => s,
         None => loop {
@@ -298,7 +302,8 @@ fn drive(
                 kill_and_reap(&mut child);
                 return Err(timed_out());
             }
-            std::thread::sleep(Duration::from_millis(2));
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(2));
         },
     };
     Ok((Ended::Exited(status), stderr))

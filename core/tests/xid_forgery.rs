@@ -147,8 +147,14 @@ fn a_lost_gpu_message_forged_over_two_records_is_no_event() {
 }
 
 /// Process names (any bytes but NUL, up to 15) that look like fields,
-/// codes, separators or the lost-GPU sentence.
-const HOSTILE_NAMES: [&[u8]; 13] = [
+/// codes, separators or the lost-GPU sentence, or whose next line starts
+/// like a time stamp or another wrapper.
+const HOSTILE_NAMES: [&[u8]; 18] = [
+    b"\n[  812.345678]",
+    b"\n2026-11-29T14",
+    b"\nx 1 12:00:00 h",
+    b"\n[    T1] x",
+    b"\nkern  :err   :",
     b"a, Fatal",
     b"Fatal, Fatal,",
     b"x, 79, y",

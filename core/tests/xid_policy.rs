@@ -9,6 +9,7 @@ fn event(kind: EventKind, code: u32, message: &str) -> XidEvent {
         fallen_off_bus: false,
         pci: Some("0000:18:00.0".into()),
         gpu: None,
+        gpu_instance: None,
         uuid: None,
         pid: None,
         process: None,

@@ -57,6 +57,7 @@ proptest! {
             let pci = match r.payload {
                 gpu_health_core::xid::Payload::Xid { pci, .. } => pci,
                 gpu_health_core::xid::Payload::Sxid { pci, .. } => pci,
+                gpu_health_core::xid::Payload::SxidDetail { pci, .. } => pci,
                 gpu_health_core::xid::Payload::GpuHeader { pci } => Some(pci),
                 gpu_health_core::xid::Payload::FallenOff { pci } => pci,
             };
@@ -115,6 +116,27 @@ fn record_line() -> impl Strategy<Value = String> {
                 .to_string()
         ),
         Just("[  14.0] e1000e 0000:00:1f.6 eno1: NIC Link is Up".to_string()),
+        // An SXid's report, its detail lines apart from its first.
+        Just(
+            "[  15.0] nvidia-nvswitch3: SXid (PCI:0000:a9:00.0): 20034, Fatal, Link 30 LTSSM Fault Up"
+                .to_string()
+        ),
+        Just(
+            "[  15.1] nvidia-nvswitch3: SXid (PCI:0000:a9:00.0): 20034, Severity 1 Engine instance 30 Sub-engine instance 00"
+                .to_string()
+        ),
+        Just(
+            "[  15.2] nvidia-nvswitch3: SXid (PCI:0000:a9:00.0): 20034, Data {0x00000000, 0x00100000}"
+                .to_string()
+        ),
+        // Stamps of other forms, other languages, or none readable.
+        Just(
+            "kern  :warn  : 2025-01-21T04:41:44,283302+00:00 NVRM: Xid (PCI:0000:18:00 GPU-I:05): 94, pid=1, x"
+                .to_string()
+        ),
+        Just("kwi 29 14:00:01 gpu017 kernel: NVRM: Xid (PCI:0000:18:00): 48, pid=2, x".to_string()),
+        Just("[Τρ 21 Ιαν 04:41:44 2025] [    T42] NVRM: Xid (PCI:0000:18:00): 13, pid=3, x".to_string()),
+        Just("user  :warn  : [  16.0] NVRM: Xid (PCI:0000:18:00): 79, forged".to_string()),
         "[ -~]{0,80}".prop_map(|s| s),
     ]
 }
@@ -299,7 +321,7 @@ proptest! {
         };
         let events = read(&name);
         let plain = read(b"python3");
-        let shown = source != Source::JournalctlShort
+        let shown = !matches!(source, Source::JournalctlShort | Source::JournalctlShortLocalized)
             || std::str::from_utf8(&name).is_ok_and(|s| s.chars().all(|c| c == '\n' || !c.is_control()));
         let want = if shown { xid_render::said(&plain) } else { xid_render::said(&plain)[1..].to_vec() };
         prop_assert_eq!(xid_render::said(&events), want);

@@ -118,6 +118,12 @@ extern "C" fn option_cb(val: c_int, optarg: *const c_char, _remote: c_int) -> c_
     })
 }
 
+/// Set in slurmd's environment (root's, inherited by slurmstepd; never
+/// the job's), makes `slurm_spank_init` fail in slurmstepd: how the
+/// harness shows what this Slurm does with a failing init (docs/spank.md).
+/// Nothing else ever makes init fail.
+const TEST_FAIL_INIT: &str = "GPU_HEALTH_SPANK_TEST_FAIL_INIT";
+
 #[no_mangle]
 pub extern "C" fn slurm_spank_init(sp: sys::spank_t, argc: c_int, argv: *mut *mut c_char) -> c_int {
     guarded("init", 0, || {
@@ -133,6 +139,13 @@ pub extern "C" fn slurm_spank_init(sp: sys::spank_t, argc: c_int, argv: *mut *mu
                     ));
                 }
             }
+        }
+        if ctx == Context::Remote && std::env::var_os(TEST_FAIL_INIT).is_some_and(|v| v == "1") {
+            spank::error(&format!(
+                "gpu-health: slurm_spank_init fails on purpose ({TEST_FAIL_INIT}=1 in slurmd's environment); failure mode: {}",
+                crate::init_failure_mode_text()
+            ));
+            return -1;
         }
         0
     })

@@ -41,6 +41,16 @@ mod plugin_symbols {
     #[no_mangle]
     pub static plugin_version: c_uint = super::build_info::SLURM_VERSION_NUMBER;
 
+    /// Slurm 25.05 and later (spank.h declares it; detected by build.rs):
+    /// a failing `slurm_spank_init` of this plugin fails the job instead of
+    /// draining the node (Slurm's default, ESPANK_NODE_FAILURE). Slurm
+    /// reads it as a C `int`; an atomic has that layout and lies in
+    /// writable memory, as the C declaration (`extern int`) allows.
+    #[cfg(slurm_init_failure_mode)]
+    #[no_mangle]
+    pub static slurm_spank_init_failure_mode: std::sync::atomic::AtomicI32 =
+        std::sync::atomic::AtomicI32::new(super::build_info::ESPANK_JOB_FAILURE);
+
     const fn to_c<const N: usize>(bytes: [u8; N]) -> [c_char; N] {
         let mut out = [0 as c_char; N];
         let mut i = 0;
@@ -54,3 +64,35 @@ mod plugin_symbols {
 
 /// SLURM_VERSION_NUMBER the plugin was built for.
 pub const BUILT_FOR_SLURM: u32 = build_info::SLURM_VERSION_NUMBER;
+
+/// What a failing `slurm_spank_init` does with this build: `Some` of the
+/// mode the plugin sets (ESPANK_JOB_FAILURE) where the headers declare
+/// `slurm_spank_init_failure_mode` (25.05 and later), `None` where Slurm
+/// decides alone (earlier releases).
+pub const INIT_FAILURE_MODE: Option<i32> = {
+    #[cfg(slurm_init_failure_mode)]
+    {
+        Some(build_info::ESPANK_JOB_FAILURE)
+    }
+    #[cfg(not(slurm_init_failure_mode))]
+    {
+        None
+    }
+};
+
+/// INIT_FAILURE_MODE in words, for the logs.
+pub fn init_failure_mode_text() -> &'static str {
+    match INIT_FAILURE_MODE {
+        Some(_) => "ESPANK_JOB_FAILURE (the job fails, the node stays in service)",
+        None => {
+            "none before Slurm 25.05 (Slurm decides: a failing init in slurmstepd drains the node)"
+        }
+    }
+}
+
+/// The header reading of build.rs, tested here.
+#[cfg(test)]
+#[path = "../build_support/slurm_headers.rs"]
+mod build_facts;
+#[cfg(test)]
+mod build_facts_tests;

@@ -23,7 +23,8 @@ use crate::nccl_setup::nccl_for_step;
 use crate::options::{nccl_debug_file, read_lenient, JobOptions, OptionValues};
 use crate::spank::{self, SetEnv, Spank};
 use crate::step_checks::{
-    health_report, job_gpus, read_topology, read_verdict, step_end_gpus, tp_report,
+    health_report, job_gpus, long_enough_for_notice, read_topology, read_verdict, step_end_gpus,
+    tp_report, MIN_STEP_MS_FOR_NOTICE,
 };
 use gpu_health_core::plugstack::PluginArgs;
 use gpu_health_core::run::step_end::gpu_list;
@@ -279,6 +280,13 @@ pub fn end_step(spank: &Spank, setup: &StepSetup) {
         return;
     }
     let name = step_name(job_id, step);
+    let ran_ms = gpu_health_core::time::unix_ms().saturating_sub(setup.started_ms);
+    if !long_enough_for_notice(ran_ms) {
+        spank::verbose(&format!(
+            "gpu-health: {name} ran {ran_ms} ms: no near-OOM probe for steps under {MIN_STEP_MS_FOR_NOTICE} ms"
+        ));
+        return;
+    }
     let Some(gpus) = step_gpus(spank, setup, job_id, &name) else {
         return;
     };

@@ -179,6 +179,21 @@ pub fn job_gpus(verdict: &VerdictRead, env: impl Fn(&str) -> Option<String>) -> 
         .unwrap_or_default()
 }
 
+/// Steps that ran shorter than this get no near-OOM probe at their end.
+/// The probe (`gpu-health step-end`: a process, NVML and its accounting)
+/// costs a few milliseconds at the end of every GPU step: for steps of
+/// `srun true` and the like 5-17 ms on 60-100 ms (ci/bench-spank). A step
+/// of a second or more pays it once, under 1% of its time; steps that
+/// come near a GPU's memory (training, inference) run far longer, and a
+/// short step's peak is still in the job's record (the Epilog's
+/// `near_oom`).
+pub const MIN_STEP_MS_FOR_NOTICE: u64 = 1000;
+
+/// Does a step that ran `ran_ms` get the near-OOM probe?
+pub fn long_enough_for_notice(ran_ms: u64) -> bool {
+    ran_ms >= MIN_STEP_MS_FOR_NOTICE
+}
+
 /// The GPUs whose near-OOM figures the step's user may hear about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepEndGpus {

@@ -168,9 +168,20 @@ fn return_when_quiet(turn: &mut Turn<'_>, check: &NodeCheck) -> Next {
     }
 }
 
-/// Resume the node and write the return into the ledger.
+/// Resume the node and write the return into the ledger; not while an
+/// admin's reboot of it is pending (the reboot decides its next state).
 fn resume_now(turn: &mut Turn<'_>) -> HealthAction {
     let ctx = turn.ctx;
+    if let Ok(Some(me)) = turn.slurm().show_node(&ctx.node) {
+        if me.reboot_pending() {
+            let why = format!(
+                "{} is clean, but a reboot of it is pending ({}): left to the reboot",
+                ctx.node, me.state
+            );
+            log::info!("{why}");
+            return HealthAction::StaysDrained(why);
+        }
+    }
     match resume_own(turn.slurm(), &ctx.node) {
         Ok(()) => {
             log::warn!("{} returned to service: clean for the quiet time", ctx.node);

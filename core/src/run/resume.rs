@@ -116,6 +116,11 @@ pub fn run(
              drains. If you mean it: scontrol update NodeName={target} State=RESUME",
             printable(&r)
         )),
+        Some(_) if info.reboot_pending() => ResumeOutcome::Error(format!(
+            "a reboot of {target} is pending ({}): Slurm sets its state after the reboot \
+             (scontrol cancel_reboot {target} first to resume it now)",
+            info.state
+        )),
         Some(_) if !problems.is_empty() => ResumeOutcome::Refused(problems),
         Some(r) => match resume_own(turn.slurm(), target) {
             Ok(()) => {

@@ -94,6 +94,13 @@ impl NodeInfo {
             .any(|s| s == "DRAIN" || s == "DRAINED" || s == "DRAINING")
     }
 
+    /// Slurm has a reboot of the node pending (`scontrol reboot`:
+    /// REBOOT_REQUESTED, then REBOOT_ISSUED): Slurm sets the node's state
+    /// after the reboot, and 25.11 and later refuse to set it IDLE before.
+    pub fn reboot_pending(&self) -> bool {
+        self.state.split('+').any(|s| s.starts_with("REBOOT"))
+    }
+
     /// Drained with a reason of gpu-health's.
     pub fn drained_by_us(&self) -> bool {
         self.is_drained() && self.reason.as_deref().is_some_and(is_own_reason)
@@ -196,5 +203,20 @@ mod tests {
         let garbled =
             NodeInfo::parse("NodeName=n8 State=IDLE Comment=gpu-health-claim:12x").unwrap();
         assert_eq!(garbled.claim_ms, None);
+    }
+
+    #[test]
+    fn a_pending_reboot_is_seen_in_the_state_flags() {
+        for (state, pending) in [
+            ("MIXED+DRAIN+REBOOT_REQUESTED", true),
+            ("IDLE+DRAIN+REBOOT_ISSUED", true),
+            ("DOWN+REBOOT_ISSUED+NOT_RESPONDING", true),
+            ("IDLE+DRAIN", false),
+            ("REBOOTING", true),
+            ("MIXED", false),
+        ] {
+            let n = NodeInfo::parse(&format!("NodeName=n1 State={state} Partitions=gpu")).unwrap();
+            assert_eq!(n.reboot_pending(), pending, "{state}");
+        }
     }
 }

@@ -1,7 +1,8 @@
-//! The state machine that turns parsed records into events: the one piece
-//! of cross-line state is a lost-GPU header waiting for its "fallen off
-//! the bus" part; it also gives each event its policy action for the
-//! storm fold.
+//! The state machine that turns parsed records into events. Its
+//! cross-line state: a lost-GPU header waiting for its "fallen off the
+//! bus" part, and the last SXid, whose detail lines (`Severity ...`,
+//! `Data {...}`) are part of it. It also gives each event its policy
+//! action for the storm fold.
 
 use super::event::{EventKind, XidEvent};
 use super::parse::{Origin, Payload, Record};
@@ -17,12 +18,22 @@ struct PendingHeader {
     passed: bool,
 }
 
-/// Turns records into events; holds the one piece of cross-line state: a
-/// `The NVIDIA GPU <bdf>` header waiting for its "fallen off the bus" line.
+/// The last SXid seen: its detail lines follow it.
+struct LastSxid {
+    pci: Option<String>,
+    code: u32,
+    position: u64,
+}
+
+/// Turns records into events; holds the cross-line state: a `The NVIDIA
+/// GPU <bdf>` header waiting for its "fallen off the bus" line, and the
+/// last SXid.
 pub struct Assembler<'a> {
     pending: Option<PendingHeader>,
-    /// How far (in the caller's position unit) the fallen-off line may
-    /// follow its header.
+    last_sxid: Option<LastSxid>,
+    /// How far (in the caller's position unit) the later part of a
+    /// message may follow its first (a fallen-off line its header, an
+    /// SXid's detail line the line before it).
     window: u64,
     ctx: TimeContext,
     /// Gives each event its action for the storm fold.
@@ -35,6 +46,7 @@ impl<'a> Assembler<'a> {
     pub fn new(window: u64, ctx: TimeContext, policy: &'a Policy) -> Self {
         Assembler {
             pending: None,
+            last_sxid: None,
             window,
             ctx,
             policy,
@@ -53,6 +65,21 @@ impl<'a> Assembler<'a> {
     pub fn holdback(&self, end: u64) -> Option<u64> {
         let h = self.pending.as_ref()?;
         (!h.passed && end.saturating_sub(h.position) <= self.window).then_some(h.position)
+    }
+
+    /// Show the assembler a record logged before what is read (the end
+    /// of the last scan): it makes no event, but the SXid it may be tells
+    /// that detail lines after it are its own, not SXids of their own.
+    pub(crate) fn prime(&mut self, record: Record, position: u64) {
+        if let Payload::Sxid { code, pci, .. } | Payload::SxidDetail { code, pci, .. } =
+            record.payload
+        {
+            self.last_sxid = Some(LastSxid {
+                pci,
+                code,
+                position,
+            });
+        }
     }
 
     /// The event a record completes, if any. `position` must not decrease.
@@ -82,11 +109,42 @@ impl<'a> Assembler<'a> {
             Payload::Xid {
                 code,
                 pci,
+                gpu_instance,
                 pid,
                 process,
                 message,
-            } => Some(self.event(EventKind::Xid, code, pci, stamp, seq, message, pid, process)),
+            } => {
+                let mut ev =
+                    self.event(EventKind::Xid, code, pci, stamp, seq, message, pid, process);
+                ev.gpu_instance = gpu_instance;
+                Some(ev)
+            }
             Payload::Sxid { code, pci, message } => {
+                self.last_sxid = Some(LastSxid {
+                    pci: pci.clone(),
+                    code,
+                    position,
+                });
+                Some(self.event(EventKind::Sxid, code, pci, stamp, seq, message, None, None))
+            }
+            Payload::SxidDetail { code, pci, message } => {
+                // Part of the SXid just before it (or of an earlier detail
+                // line of it); alone (its first line was not read: cut off
+                // by a scan, overwritten, rate-limited) it is the SXid.
+                let continues = self.last_sxid.as_ref().is_some_and(|s| {
+                    s.code == code
+                        && s.pci == pci
+                        && position.saturating_sub(s.position) <= self.window
+                });
+                let last = LastSxid {
+                    pci: pci.clone(),
+                    code,
+                    position,
+                };
+                self.last_sxid = Some(last);
+                if continues {
+                    return None;
+                }
                 Some(self.event(EventKind::Sxid, code, pci, stamp, seq, message, None, None))
             }
             Payload::GpuHeader { pci } => {
@@ -139,6 +197,7 @@ impl<'a> Assembler<'a> {
             fallen_off_bus: false,
             pci,
             gpu: None,
+            gpu_instance: None,
             uuid: None,
             pid,
             process,

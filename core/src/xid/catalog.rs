@@ -1,13 +1,16 @@
 //! The one Xid table: per code, what it means, what gpu-health does by
 //! default, what NVIDIA's Xid catalog says to do, and where the fault
-//! usually comes from. Facts from NVIDIA's catalog ("Analyzing Xid
-//! Errors with the Xid Catalog", docs.nvidia.com, Ampere and newer);
-//! wording ours. The policy, `gpu-health xids --catalog` and the table
+//! usually comes from. It has a row for every code NVIDIA's catalog lists
+//! in use ([`CATALOG_REFERENCE`]; core/tests/xid_catalog.rs holds the
+//! table to a copy of that catalog's codes and buckets), each with
+//! NVIDIA's immediate resolution bucket; meanings are summarised, the
+//! wording is ours. The policy, `gpu-health xids --catalog` and the table
 //! in docs/xid-policy.md all come from here (a test holds the doc to it).
 //!
-//! Codes NVIDIA lists as unused on Ampere and newer (1-7, 16, 56-58, 61,
-//! 65, 73, 81, 122-124, ...) are left out: should one appear, the
-//! configured `default_action` applies.
+//! Codes NVIDIA lists as unused (1-7, 9, 10, 12, 14-24, 26-30, 33-36,
+//! 42, 47, 49-53, 55-59, 61, 65, 73, 81, 87, 90, 91, 108, 111-118,
+//! 122-125, 138) are left out: should one appear, the configured
+//! `default_action` applies.
 
 use crate::config::PolicyAction;
 
@@ -42,6 +45,8 @@ pub enum Resolution {
     UpdateSoftware,
     /// `CHECK_UVM`: reset when UVM/vGPU is used, else ignore.
     CheckUvm,
+    /// `CONTACT_SUPPORT`: open a case with NVIDIA.
+    ContactSupport,
     /// `XID_154`: do what the record says.
     FollowRecoveryAction,
     /// `WORKFLOW_*`: a decision flow on the record's details (45, 48,
@@ -62,6 +67,7 @@ impl Resolution {
             Resolution::CheckMechanicals => "check mechanicals",
             Resolution::UpdateSoftware => "update driver and firmware",
             Resolution::CheckUvm => "reset if UVM/vGPU is used",
+            Resolution::ContactSupport => "contact NVIDIA support",
             Resolution::FollowRecoveryAction => "follow the recovery action",
             Resolution::Workflow => "NVIDIA workflow",
             Resolution::NotGiven => "not given",
@@ -84,6 +90,8 @@ pub enum Source {
     FollowUp,
     /// A mode or setting (confidential computing, vGPU, power smoothing).
     Configuration,
+    /// The board's management controller (BMC) or its tools.
+    Management,
 }
 
 impl Source {
@@ -95,6 +103,7 @@ impl Source {
             Source::Platform => "PCIe/power/cooling",
             Source::FollowUp => "follow-up",
             Source::Configuration => "configuration",
+            Source::Management => "BMC/management",
         }
     }
 }
@@ -135,7 +144,11 @@ use PolicyAction::{Drain, DrainUntilClean, Info, Warn};
 use Resolution as R;
 use Source as S;
 
-/// NVIDIA's catalog for Ampere and newer, in code order.
+/// The catalog [`CATALOG`] follows: every code it lists in use has a row,
+/// with the catalog's immediate resolution.
+pub const CATALOG_REFERENCE: &str = "NVIDIA's Xid catalog (\"Analyzing Xid errors with the Xid catalog\", docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, sheet \"Catalog\") as published on 2025-10-29: 109 codes in use";
+
+/// NVIDIA's catalog, every code in use, in code order.
 pub const CATALOG: &[XidInfo] = &[
     row(8, "GPU stopped processing (channel idle timeout)", Fixed(Warn), R::RestartApp, S::DriverFirmware, ""),
     row(11, "invalid or corrupted push buffer stream", Fixed(Warn), R::RestartApp, S::Application, ""),
@@ -145,6 +158,9 @@ pub const CATALOG: &[XidInfo] = &[
     row(32, "invalid or corrupted push buffer stream (PCIe quality)", Fixed(Warn), R::RestartApp, S::Platform, ""),
     row(37, "driver firmware error (unimplemented method)", Fixed(Info), R::Ignore, S::DriverFirmware, ""),
     row(38, "driver firmware error (watchdog timeout)", Fixed(Info), R::Ignore, S::DriverFirmware, ""),
+    row(39, "copy engine (CE0) exception", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(40, "copy engine (CE1) exception", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(41, "copy engine (CE2) exception", Fixed(Warn), R::RestartApp, S::Application, ""),
     row(43, "GPU stopped processing a channel (reset after a software fault); the GPU stays healthy", Fixed(DrainUntilClean), R::Ignore, S::Application, "the project's mission drains on 43; a clean check returns the node by itself"),
     row(44, "graphics engine fault during a context switch", Fixed(Info), R::Ignore, S::DriverFirmware, ""),
     row(45, "preemptive cleanup after an earlier error or a killed process", Fixed(Warn), R::Workflow, S::FollowUp, "a follow-up: the Xid it follows carries the cause and the action; alone it is shown, strict jobs wait"),
@@ -159,23 +175,60 @@ pub const CATALOG: &[XidInfo] = &[
     row(67, "illegal access by the driver (verification violation)", Fixed(Info), R::Ignore, S::DriverFirmware, ""),
     row(68, "video decoder (NVDEC0) exception", Fixed(Warn), R::RestartApp, S::Application, ""),
     row(69, "graphics engine class error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(70, "copy engine (CE3) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(71, "copy engine (CE4) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(72, "copy engine (CE5) error", Fixed(Warn), R::RestartApp, S::Application, ""),
     row(74, "NVLink error", Fixed(Drain), R::Workflow, S::Hardware, "a link fault, here or at the peer; cleared by a GPU reset or reboot"),
+    row(75, "copy engine (CE6) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(76, "copy engine (CE7) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(77, "copy engine (CE8) error", Fixed(Warn), R::RestartApp, S::Application, ""),
     row(78, "vGPU start error (guest and host drivers do not match)", Fixed(Warn), R::UpdateSoftware, S::Configuration, ""),
     row(79, "GPU has fallen off the bus (no longer answers on PCIe)", Fixed(Drain), R::RebootNode, S::Platform, ""),
     row(80, "corrupted data sent to the GPU", Fixed(Warn), R::RestartApp, S::Platform, ""),
+    row(82, "JPEG decoder (NVJPG0) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(83, "video decoder (NVDEC1) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(84, "video decoder (NVDEC2) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(85, "copy engine (CE9) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(86, "optical flow accelerator (OFA0) exception", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(88, "video decoder (NVDEC3) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(89, "video decoder (NVDEC4) error", Fixed(Warn), R::RestartApp, S::Application, ""),
     row(92, "high single-bit (corrected) ECC error rate", Fixed(Warn), R::Ignore, S::Hardware, "a trend to watch: the ECC rate thresholds decide on draining, strict jobs wait"),
     row(93, "InfoROM wear limit exceeded (non-fatal)", Fixed(Info), R::Ignore, S::Configuration, ""),
     row(94, "contained memory error: only the affected application was stopped", Fixed(Warn), R::RestartApp, S::Hardware, ""),
     row(95, "uncontained memory error: every process on the GPU may be affected", Fixed(Drain), R::ResetGpu, S::Hardware, ""),
+    row(96, "video decoder (NVDEC5) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(97, "video decoder (NVDEC6) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(98, "video decoder (NVDEC7) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(99, "JPEG decoder (NVJPG1) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(100, "JPEG decoder (NVJPG2) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(101, "JPEG decoder (NVJPG3) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(102, "JPEG decoder (NVJPG4) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(103, "JPEG decoder (NVJPG5) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(104, "JPEG decoder (NVJPG6) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(105, "JPEG decoder (NVJPG7) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(106, "SMBPBI test message (a test of the out-of-band interface from the BMC)", Fixed(Info), R::Ignore, S::Management, ""),
+    row(107, "SMBPBI test message, silent", Fixed(Info), R::Ignore, S::Management, ""),
     row(109, "context switch timeout", Fixed(Drain), R::ResetGpu, S::DriverFirmware, ""),
     row(110, "security fault", Fixed(Drain), R::ResetGpu, S::Hardware, ""),
     row(119, "GSP firmware RPC timeout", Fixed(Drain), R::ResetGpu, S::DriverFirmware, ""),
     row(120, "GSP firmware error", Fixed(Drain), R::ResetGpu, S::DriverFirmware, ""),
     row(121, "corrected C2C link errors (Grace-Hopper/Blackwell)", Fixed(Info), R::Ignore, S::Hardware, ""),
+    row(126, "copy engine (CE10) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(127, "copy engine (CE11) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(128, "copy engine (CE12) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(129, "copy engine (CE13) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(130, "copy engine (CE14) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(131, "copy engine (CE15) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(132, "copy engine (CE16) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(133, "copy engine (CE17) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(134, "copy engine (CE18) error", Fixed(Warn), R::RestartApp, S::Application, ""),
+    row(135, "copy engine (CE19) error", Fixed(Warn), R::RestartApp, S::Application, ""),
     row(136, "NVLink link training failed", Fixed(Drain), R::ResetGpu, S::Hardware, ""),
     row(137, "NVLink privilege error (illegal peer-to-peer access)", Fixed(Info), R::Ignore, S::Application, ""),
+    row(139, "optical flow accelerator (OFA1) error", Fixed(Warn), R::RestartApp, S::Application, ""),
     row(140, "unrecovered ECC error (pages could not be retired or remapped)", Fixed(Drain), R::ResetGpu, S::Hardware, ""),
     row(141, "CUDA fast path error", Fixed(Info), R::Ignore, S::DriverFirmware, ""),
+    row(142, "video encoder (NVENC3) error", Fixed(Warn), R::ContactSupport, S::Hardware, "NVIDIA asks for a support case, not a reset: shown, strict jobs wait"),
     row(143, "GPU initialisation error", Fixed(Drain), R::ResetGpu, S::Hardware, ""),
     row(144, "NVLink5 SAW error", BySeverity, R::Workflow, S::Hardware, "the record says Fatal (drain) or Nonfatal (warn)"),
     row(145, "NVLink5 RLW error", BySeverity, R::Workflow, S::Hardware, "the record says Fatal (drain) or Nonfatal (warn)"),
@@ -185,6 +238,8 @@ pub const CATALOG: &[XidInfo] = &[
     row(149, "NVLink5 NETIR error (link down, bit errors)", BySeverity, R::Workflow, S::Hardware, "the record says Fatal (drain) or Nonfatal (warn)"),
     row(150, "NVLink5 MSE error (firmware watchdog)", BySeverity, R::Workflow, S::DriverFirmware, "the record says Fatal (drain) or Nonfatal (warn)"),
     row(151, "key rotation error (confidential computing)", Fixed(Warn), R::RestartVm, S::Configuration, "a VM restart is not the scheduler's to do; shown, strict jobs wait"),
+    row(152, "deep learning accelerator (DLA) SMMU error", Fixed(Info), R::Ignore, S::Application, ""),
+    row(153, "deep learning accelerator (DLA) timeout", Fixed(Info), R::Ignore, S::Application, ""),
     row(154, "the GPU's required recovery action changed", Follow, R::FollowRecoveryAction, S::FollowUp, "see Xid 154 below"),
     row(155, "NVLink link down on purpose (software defined)", Fixed(Drain), R::ResetGpu, S::DriverFirmware, ""),
     row(156, "resource retirement event (applied at the next reset)", Fixed(Drain), R::ResetGpu, S::Hardware, ""),
@@ -230,9 +285,15 @@ pub fn sxid_meaning(fatal: bool) -> &'static str {
 }
 
 /// Whether an SXid or NVLink5 Xid record marks the error fatal: SXids
-/// say `Fatal, Link ...` or `Non-fatal, ...`; NVLink5 Xids 144-150 say
-/// `NETIR_LINK_EVT Fatal XC0 ...` or `RLW_RXPIPE Nonfatal XC0 ...`.
+/// say `Fatal, Link ...` or `Non-fatal, ...` (an SXid read from its
+/// detail line alone, `Severity 1 Engine instance ...`: the driver's
+/// severity 1 is fatal, 0 non-fatal; from its `Data {...}` line alone:
+/// not said); NVLink5 Xids 144-150 say `NETIR_LINK_EVT Fatal XC0 ...` or
+/// `RLW_RXPIPE Nonfatal XC0 ...`.
 pub fn sxid_is_fatal(message: &str) -> bool {
+    if let Some(rest) = message.strip_prefix("Severity ") {
+        return rest.starts_with("1 Engine instance ");
+    }
     let first = message.split(',').next().unwrap_or("");
     first.trim().eq_ignore_ascii_case("fatal")
         || first
@@ -241,9 +302,14 @@ pub fn sxid_is_fatal(message: &str) -> bool {
             .any(|w| w.eq_ignore_ascii_case("fatal"))
 }
 
-/// The table as docs/xid-policy.md shows it (Markdown).
+/// The table as docs/xid-policy.md shows it (Markdown), after a line
+/// naming the catalog it follows.
 pub fn markdown_table() -> String {
-    let mut out = String::from(
+    let mut out = format!(
+        "{} codes, every one of {CATALOG_REFERENCE}.\n\n",
+        CATALOG.len()
+    );
+    out.push_str(
         "| Xid | meaning | default | NVIDIA's action | usual source | why the default |\n\
          |---|---|---|---|---|---|\n",
     );
@@ -277,8 +343,8 @@ mod tests {
                 assert_eq!(e.default, Fixed(Drain), "Xid {}", e.code);
             }
         }
-        for unused in [1, 16, 56, 57, 58, 61, 65, 73, 81, 122] {
-            assert!(entry(unused).is_none(), "Xid {unused} is unused on Ampere+");
+        for unused in [1, 16, 56, 57, 58, 61, 65, 73, 81, 122, 138] {
+            assert!(entry(unused).is_none(), "Xid {unused} is unused");
         }
     }
 
@@ -295,5 +361,12 @@ mod tests {
         assert!(!sxid_is_fatal(
             "Graphics Exception: fatal-looking words later"
         ));
+        assert!(sxid_is_fatal(
+            "Severity 1 Engine instance 30 Sub-engine instance 00"
+        ));
+        assert!(!sxid_is_fatal(
+            "Severity 0 Engine instance 30 Sub-engine instance 00"
+        ));
+        assert!(!sxid_is_fatal("Data {0x00000000, 0x00100000}"));
     }
 }

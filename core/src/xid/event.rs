@@ -26,6 +26,10 @@ pub struct XidEvent {
     pub pci: Option<String>,
     /// NVML index, when the snapshot knows the address.
     pub gpu: Option<u32>,
+    /// The MIG GPU instance the driver tied the Xid to (`GPU-I:05` in
+    /// the record), on the GPU at `pci`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_instance: Option<u32>,
     pub uuid: Option<String>,
     pub pid: Option<u32>,
     /// Process name as the driver logged it.
@@ -74,7 +78,9 @@ impl XidEvent {
         self.place()
     }
 
-    /// What and where, without the process: `Xid 79 GPU5 0000:c1:00.0`.
+    /// What and where, without the process: `Xid 79 GPU5 0000:c1:00.0`,
+    /// with the MIG GPU instance as the driver writes it when the Xid
+    /// names one (`Xid 94 GPU5 0000:c1:00.0 GPU-I:05`).
     pub fn place(&self) -> String {
         let mut s = self.label();
         if let Some(gpu) = self.gpu {
@@ -83,6 +89,9 @@ impl XidEvent {
         if let Some(pci) = &self.pci {
             s.push(' ');
             s.push_str(pci);
+        }
+        if let Some(instance) = self.gpu_instance {
+            s.push_str(&format!(" GPU-I:{instance:02}"));
         }
         if self.fallen_off_bus {
             s.push_str(" fallen off the bus");

@@ -4,9 +4,9 @@
 //! the end of the last complete line read, and a hash of the bytes before
 //! it. A scan seeks there and reads only what was appended, so its cost
 //! does not depend on the size of the history. Only lines holding `NVRM`
-//! or `SXid` (found with a SIMD substring search over raw bytes) are
-//! parsed, each with the lines that belong to its record: indented ones,
-//! and those a source printed apart ([`SplitRecord`]).
+//! or `SXid` (found in one SIMD pass over the raw bytes, 256 KiB read at a
+//! time) are parsed, each with the lines that belong to its record:
+//! indented ones, and those a source printed apart ([`SplitRecord`]).
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
@@ -17,14 +17,20 @@ use memchr::memmem::Finder;
 use super::assemble::Assembler;
 use super::cursor::{fnv1a, Cursor};
 use super::log_read::LogRead;
-use super::parse::{parse_line, unwrap, SplitRecord, SplitStep};
+use super::parse::{nvidia_words, parse_line, unwrap, NvidiaWords, SplitRecord, SplitStep};
 use super::policy::Policy;
 use super::stamp::{Stamp, TimeContext};
 
-const CHUNK: usize = 4 << 20;
+/// Bytes read at a time: small enough that the search over them runs in
+/// the CPU's cache the read just filled.
+const READ_CHUNK: usize = 256 << 10;
+/// The longest line read: a longer one cannot be a kernel record (the
+/// buffer grows to this size for a long line, then drops it).
+const MAX_LINE: usize = 4 << 20;
 const TAIL: u64 = 64;
 /// A lost-GPU header and its "fallen off" line are three short lines
-/// apart; kmsg dumps put dictionary lines between them.
+/// apart (kmsg dumps put dictionary lines between them), an SXid's
+/// report three or four lines.
 const FALLEN_OFF_WINDOW_BYTES: u64 = 2048;
 
 /// Read `path` from where `since` stopped (from the start without one).
@@ -60,6 +66,7 @@ pub(crate) fn read_file(
             0
         }
     };
+    prime_before(&file, start, &mut asm)?;
     let end = read_range(&file, start, len, &mut asm, &mut out)?;
     if let Some(who) = others_may_write(&meta) {
         // Whatever format its lines have, anyone who can write the file
@@ -150,6 +157,35 @@ fn start_of_record_around(file: &File, start: u64) -> std::io::Result<u64> {
         at = end + 1;
     }
     Ok(open.map_or(start, |(at, _)| from + at as u64))
+}
+
+/// Before reading from `start` (where the last scan stopped, or where a
+/// first scan of a big file starts), show the assembler the SXid lines
+/// just before it: the detail lines of their reports that follow
+/// `start` are theirs, not SXids of their own.
+fn prime_before(file: &File, start: u64, asm: &mut Assembler<'_>) -> std::io::Result<()> {
+    let from = start.saturating_sub(FALLEN_OFF_WINDOW_BYTES);
+    if from == start {
+        return Ok(());
+    }
+    let before = read_exact_at(file, from, (start - from) as usize)?;
+    let sxid = Finder::new(b"SXid");
+    let mut at = if from == 0 {
+        0
+    } else {
+        memchr::memchr(b'\n', &before).map_or(before.len(), |i| i + 1)
+    };
+    while at < before.len() {
+        let end = line_end(&before, at);
+        let line = &before[at..end];
+        if sxid.find(line).is_some() {
+            if let Some(record) = parse_line(line) {
+                asm.prime(record, from + at as u64);
+            }
+        }
+        at = end + 1;
+    }
+    Ok(())
 }
 
 /// Where to go on in the same file: the saved offset, unless the file
@@ -268,9 +304,9 @@ fn tail_matches(file: &File, offset: u64, tail_len: u32, hash: u64) -> std::io::
 /// from next time: after the last complete line (a line still being
 /// written is left for next time), or at a lost-GPU header whose
 /// continuation may still be coming (so a message cut by the end of a
-/// scan is read whole by the next one). A line longer than the buffer
-/// cannot be a kernel record and is dropped whole, so that its tail is
-/// never read as a line of its own.
+/// scan is read whole by the next one). A line longer than
+/// [`MAX_LINE`] cannot be a kernel record and is dropped whole, so that
+/// its tail is never read as a line of its own.
 fn read_range(
     file: &File,
     start: u64,
@@ -278,13 +314,14 @@ fn read_range(
     asm: &mut Assembler<'_>,
     out: &mut LogRead,
 ) -> std::io::Result<u64> {
-    let finders = (Finder::new(b"NVRM"), Finder::new(b"SXid"));
-    let size = (end.saturating_sub(start)).min(CHUNK as u64) as usize;
+    let size = (end.saturating_sub(start)).min(READ_CHUNK as u64) as usize;
     let mut buf = vec![0u8; size];
     let mut pos = start; // file offset of buf[0]
     let mut filled = 0usize;
     // Start of an over-long line being dropped.
     let mut dropping: Option<u64> = None;
+    // The log is dense in the bytes the search looks for first.
+    let mut dense = false;
     while pos + (filled as u64) < end && !buf.is_empty() {
         let want = (buf.len() - filled).min((end - pos - filled as u64) as usize);
         let n = file.read_at(&mut buf[filled..filled + want], pos + filled as u64)?;
@@ -320,16 +357,21 @@ fn read_range(
                 done: last_line_done,
                 written: at_end,
             };
-            let consumed = scan_lines(lines, pos, ends, &finders, asm, out);
+            let consumed = scan_lines(lines, pos, ends, &mut dense, asm, out);
             buf.copy_within(consumed..filled, 0);
             pos += consumed as u64;
             filled -= consumed;
         }
-        if filled == buf.len() && !at_end {
-            // One line (or record) longer than the buffer.
+        if filled == buf.len() && !at_end && buf.len() < MAX_LINE {
+            // One line (or record) longer than the buffer: a bigger one.
+            let left = end - pos;
+            let size = (buf.len() * 2).min(MAX_LINE) as u64;
+            buf.resize(size.min(left) as usize, 0);
+        } else if filled == buf.len() && !at_end {
+            // One line (or record) longer than the longest there is.
             log::warn!(
                 "kernel log: a line of more than {} MiB at byte {pos} was dropped unread",
-                CHUNK >> 20
+                MAX_LINE >> 20
             );
             dropping = Some(pos);
             pos += filled as u64;
@@ -363,21 +405,27 @@ fn scan_lines(
     chunk: &[u8],
     base: u64,
     ends: Ends,
-    finders: &(Finder, Finder),
+    dense: &mut bool,
     asm: &mut Assembler<'_>,
     out: &mut LogRead,
 ) -> usize {
-    let mut nvrm = finders.0.find_iter(chunk).peekable();
-    let mut sxid = finders.1.find_iter(chunk).peekable();
+    let mut hits = nvidia_words(chunk, *dense);
+    let consumed = scan_hits(chunk, base, ends, &mut hits, asm, out);
+    *dense |= hits.fell_back();
+    consumed
+}
+
+/// [`scan_lines`] with the words found.
+fn scan_hits(
+    chunk: &[u8],
+    base: u64,
+    ends: Ends,
+    hits: &mut NvidiaWords<'_>,
+    asm: &mut Assembler<'_>,
+    out: &mut LogRead,
+) -> usize {
     let mut done_until = 0usize;
-    loop {
-        let hit = match (nvrm.peek(), sxid.peek()) {
-            (Some(&a), Some(&b)) if a <= b => nvrm.next(),
-            (Some(_), Some(_)) | (None, Some(_)) => sxid.next(),
-            (Some(_), None) => nvrm.next(),
-            (None, None) => break,
-        };
-        let Some(hit) = hit else { break };
+    for hit in hits {
         if hit < done_until {
             continue;
         }
@@ -392,14 +440,13 @@ fn scan_lines(
         }
         let line = &chunk[start..end];
         let joined;
-        let record: &[u8] =
-            if record_end > end && unwrap(line).is_some_and(|(_, seq, _)| seq.is_none()) {
-                joined = join_continuations(&chunk[start..record_end]);
-                &joined
-            } else {
-                // A kmsg record's own continuation lines are its dictionary.
-                line
-            };
+        let record: &[u8] = if record_end > end && unwrap(line).is_some_and(|u| u.seq.is_none()) {
+            joined = join_continuations(&chunk[start..record_end]);
+            &joined
+        } else {
+            // A kmsg record's own continuation lines are its dictionary.
+            line
+        };
         let whole;
         let record = match SplitRecord::open(record) {
             None => record,
@@ -491,8 +538,8 @@ fn last_monotonic_us(file: &File, end: u64) -> std::io::Result<Option<u64>> {
     let mut lines = body.rsplit(|&b| b == b'\n');
     // Skip kmsg dictionary lines (they start with a space).
     let last = lines.find(|l| !l.starts_with(b" "));
-    Ok(match last.and_then(unwrap) {
-        Some((Stamp::Monotonic { us }, _, _)) => Some(us),
+    Ok(match last.and_then(unwrap).map(|u| u.stamp) {
+        Some(Stamp::Monotonic { us }) => Some(us),
         _ => None,
     })
 }

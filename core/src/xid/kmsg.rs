@@ -18,13 +18,14 @@ use memchr::memmem;
 use super::assemble::Assembler;
 use super::cursor::Cursor;
 use super::log_read::LogRead;
-use super::parse::parse_line;
+use super::parse::{nvidia_words, parse_line};
 use super::policy::Policy;
 use super::stamp::TimeContext;
 
 /// The kernel's own limit on one record's text plus its dictionary.
 const RECORD_MAX: usize = 8192 + 512;
-/// Sequence numbers between a lost-GPU header and its "fallen off" record.
+/// Sequence numbers between a lost-GPU header and its "fallen off"
+/// record, or between the lines of an SXid's report.
 const FALLEN_OFF_WINDOW_RECORDS: u64 = 4;
 /// Stop after this many records even if the kernel keeps logging.
 const MAX_RECORDS: u64 = 4_000_000;
@@ -235,7 +236,6 @@ fn read_pass(
     policy: &Policy,
     out: &mut LogRead,
 ) -> std::io::Result<Option<u64>> {
-    let nvrm = memmem::Finder::new(b"NVRM");
     let sxid = memmem::Finder::new(b"SXid");
     let mut asm = Assembler::new(FALLEN_OFF_WINDOW_RECORDS, ctx, policy);
     let mut expected: Option<u64> = (skip_below > 0).then_some(skip_below);
@@ -254,6 +254,16 @@ fn read_pass(
         let Some(seq) = record_seq(rec) else { continue };
         last = Some(seq);
         if seq < skip_below {
+            // Read before: an SXid just before the cursor owns the detail
+            // lines of its report after it.
+            if seq + FALLEN_OFF_WINDOW_RECORDS >= skip_below {
+                let line = &rec[..memchr::memchr(b'\n', rec).unwrap_or(rec.len())];
+                if sxid.find(line).is_some() {
+                    if let Some(record) = parse_line(line) {
+                        asm.prime(record, seq);
+                    }
+                }
+            }
             continue;
         }
         if let Some(want) = expected {
@@ -265,7 +275,7 @@ fn read_pass(
         // The message is the first line; dictionary lines follow.
         let line_end = memchr::memchr(b'\n', rec).unwrap_or(rec.len());
         let line = &rec[..line_end];
-        if nvrm.find(line).is_none() && sxid.find(line).is_none() {
+        if nvidia_words(line, false).next().is_none() {
             continue;
         }
         if let Some(record) = parse_line(line) {

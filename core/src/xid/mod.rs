@@ -26,15 +26,19 @@
 //!
 //! - [`parse_line`]: one line of any supported format to a [`Record`];
 //!   formats are recognised line by line: `/dev/kmsg` records and dumps
-//!   (`prio,seq,usec,flags;msg`, dictionary lines ignored), `dmesg`,
-//!   `dmesg -T`, `dmesg -x`, `dmesg -r`, syslog and `journalctl -k`
-//!   (classic and ISO time stamps). Only kernel records count: kmsg
-//!   facility 0, syslog tag `kernel:` (marked [`Origin::SyslogTag`]:
-//!   forgeable), message starting with `NVRM: ` or `nvidia-nvswitchN: SXid`.
-//!   A message may hold several lines (newlines, `\x0a`, `#012`).
+//!   (`prio,seq,usec,flags;msg`, dictionary lines ignored), every form of
+//!   util-linux's `dmesg` (each `--time-format`, `-x`, `-r`, the caller
+//!   id), syslog and `journalctl -k` (classic and ISO time stamps, any
+//!   locale's month names). A time stamp that cannot be read is time
+//!   unknown, never a lost record. Only kernel records count: kmsg
+//!   facility 0, `dmesg -x`'s `kern`, syslog tag `kernel:` (marked
+//!   [`Origin::SyslogTag`]: forgeable), message starting with `NVRM: ` or
+//!   `nvidia-nvswitchN: SXid`. A message may hold several lines (newlines,
+//!   `\x0a`, `#012`).
 //! - [`Assembler`]: records to [`XidEvent`]s, joining the lost-GPU message
 //!   ("The NVIDIA GPU ... fallen off the bus", reported as Xid 79 with
-//!   `fallen_off_bus`) when it comes as separate records.
+//!   `fallen_off_bus`) when it comes as separate records, and an SXid's
+//!   detail lines to it (alone, they are the SXid).
 //! - Readers: a character device is read record by record as /dev/kmsg
 //!   (cursor = boot id + next sequence number); `journal` through
 //!   journalctl (the journal's cursor); anything else as a file (cursor =
@@ -66,7 +70,7 @@ pub use crate::config::{CodeKey, PolicyAction, XidConfig, XidRule};
 pub use assemble::Assembler;
 pub use catalog::{
     entry, markdown_table, sxid_is_fatal, sxid_meaning, xid_meaning, DefaultAction, Resolution,
-    Source, XidInfo, CATALOG,
+    Source, XidInfo, CATALOG, CATALOG_REFERENCE,
 };
 pub use cursor::{Cursor, XidState};
 pub use event::{EventKind, XidEvent};

@@ -76,20 +76,17 @@ impl TimeContext {
     }
 }
 
-pub(crate) fn month_number(name: &[u8]) -> Option<u8> {
-    const MONTHS: [&[u8; 3]; 12] = [
-        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
-        b"Dec",
-    ];
-    let name = name.get(..3)?;
-    MONTHS
-        .iter()
-        .position(|m| m.as_slice() == name)
-        .map(|i| i as u8 + 1)
-}
-
-fn valid_civil(month: u8, day: u8, hour: u8, min: u8, sec: u8) -> bool {
-    (1..=12).contains(&month) && (1..=31).contains(&day) && hour < 24 && min < 60 && sec <= 60
+/// Whether a local civil time exists (mktime would move `Nov 31` to
+/// `Dec 1`: a date that cannot be read is time unknown instead).
+fn valid_civil(year: i32, month: u8, day: u8, hour: u8, min: u8, sec: u8) -> bool {
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days = match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    (1..=12).contains(&month) && (1..=days).contains(&day) && hour < 24 && min < 60 && sec <= 60
 }
 
 /// Unix seconds of a UTC civil time (see [`crate::time::utc_to_unix`]).
@@ -100,7 +97,7 @@ pub(crate) fn utc_to_unix(y: i32, month: u8, day: u8, hour: u8, min: u8, sec: u8
 
 /// Unix seconds of a local civil time, in the process's time zone.
 fn local_to_unix(y: i32, month: u8, day: u8, hour: u8, min: u8, sec: u8) -> Option<i64> {
-    if !valid_civil(month, day, hour, min, sec) || !(1900..=9999).contains(&y) {
+    if !valid_civil(y, month, day, hour, min, sec) || !(1900..=9999).contains(&y) {
         return None;
     }
     // SAFETY: `tm` is a plain C struct, zero is a valid value for all its

@@ -74,6 +74,26 @@ pub enum Source {
     DmesgX,
     /// `dmesg -r -S`.
     DmesgR,
+    /// `dmesg --time-format iso`: later lines indented.
+    DmesgIso,
+    /// `dmesg --decode --time-format iso --force-prefix`: every line with
+    /// the record's `kern  :err   : 2026-11-29T14:00:07,000000+00:00 `.
+    DmesgDecodeIso,
+    /// `dmesg --time-format reltime` (`-e`): `[Nov29 14:00] ` for the first
+    /// record of a minute, `[  +0.000001] ` after it; later lines indented.
+    DmesgReltime,
+    /// `dmesg --time-format delta`: `[<    0.000001>] `, later lines indented.
+    DmesgDelta,
+    /// `dmesg --notime --decode`: `kern  :err   : `, later lines indented.
+    DmesgDecodeNotime,
+    /// `dmesg -S` on a kernel with CONFIG_PRINTK_CALLER: the caller id after
+    /// the stamp, every line with the record's prefix.
+    DmesgCaller,
+    /// `dmesg -T -S` in a Polish locale: `[nie lis 29 14:00:07 2026] `.
+    DmesgTLocalized,
+    /// `journalctl -k` (short) in a Polish locale: `lis 29 14:00:07 gpu017
+    /// kernel: `, later lines indented.
+    JournalctlShortLocalized,
     /// rsyslog: `#012` for a newline, `#ooo` for other control bytes.
     Syslog,
     /// rsyslog with ISO time stamps.
@@ -93,7 +113,7 @@ pub enum Source {
 }
 
 impl Source {
-    pub const ALL: [Source; 15] = [
+    pub const ALL: [Source; 23] = [
         Source::KmsgRing,
         Source::KmsgDump,
         Source::Dmesg,
@@ -102,6 +122,14 @@ impl Source {
         Source::DmesgTSamePrefix,
         Source::DmesgX,
         Source::DmesgR,
+        Source::DmesgIso,
+        Source::DmesgDecodeIso,
+        Source::DmesgReltime,
+        Source::DmesgDelta,
+        Source::DmesgDecodeNotime,
+        Source::DmesgCaller,
+        Source::DmesgTLocalized,
+        Source::JournalctlShortLocalized,
         Source::Syslog,
         Source::SyslogIso,
         Source::SyslogRaw,
@@ -118,6 +146,11 @@ impl Source {
         for (i, (us, text)) in records.iter().enumerate() {
             let (secs, frac) = (us / 1_000_000, us % 1_000_000);
             let clock = format!("14:{:02}:{:02}", (secs / 60) % 60, secs % 60);
+            let iso = format!("2026-11-29T{clock},{frac:06}+00:00");
+            let delta = i
+                .checked_sub(1)
+                .map_or(0, |p| us.saturating_sub(records[p].0));
+            let delta = format!("{}.{:06}", delta / 1_000_000, delta % 1_000_000);
             match self {
                 Source::KmsgRing | Source::KmsgDump => {
                     out.extend_from_slice(format!("3,{},{us},-;", 1000 + i).as_bytes());
@@ -138,6 +171,35 @@ impl Source {
                     text,
                 ),
                 Source::DmesgR => every_line(&mut out, &format!("<3>[{secs:5}.{frac:06}] "), text),
+                Source::DmesgIso => indented(&mut out, &format!("{iso} "), text),
+                Source::DmesgDecodeIso => {
+                    every_line(&mut out, &format!("kern  :err   : {iso} "), text)
+                }
+                Source::DmesgReltime => {
+                    let prefix = if i == 0 {
+                        format!("[Nov29 14:{:02}] ", (secs / 60) % 60)
+                    } else {
+                        format!("[  +{delta:>8}] ")
+                    };
+                    indented(&mut out, &prefix, text)
+                }
+                Source::DmesgDelta => indented(&mut out, &format!("[<{delta:>12}>] "), text),
+                Source::DmesgDecodeNotime => indented(&mut out, "kern  :err   : ", text),
+                Source::DmesgCaller => {
+                    every_line(&mut out, &format!("[{secs:5}.{frac:06}] [  T4242] "), text)
+                }
+                Source::DmesgTLocalized => {
+                    every_line(&mut out, &format!("[nie lis 29 {clock} 2026] "), text)
+                }
+                Source::JournalctlShortLocalized => {
+                    let header = format!("lis 29 {clock} gpu017 kernel: ");
+                    if printable(text) {
+                        indented(&mut out, &header, text);
+                    } else {
+                        let blob = format!("{header}[{} blob data]\n", text.len());
+                        out.extend_from_slice(blob.as_bytes());
+                    }
+                }
                 Source::Syslog | Source::SyslogIso | Source::SyslogRaw => {
                     let header = if self == Source::SyslogIso {
                         format!("2026-11-29T{clock}.{frac:06}+00:00 gpu017 kernel: ")

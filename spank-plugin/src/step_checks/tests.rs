@@ -249,3 +249,11 @@ fn step_end_without_the_prologs_record_reports_nothing() {
     }
     assert!(step_end_gpus(Some("0"), &v).is_err());
 }
+
+#[test]
+fn only_steps_of_a_second_or_more_get_the_near_oom_probe() {
+    assert!(!long_enough_for_notice(0));
+    assert!(!long_enough_for_notice(999));
+    assert!(long_enough_for_notice(1000));
+    assert!(long_enough_for_notice(3_000));
+}

@@ -392,6 +392,7 @@ mod tests {
             fallen_off_bus: false,
             pci: None,
             gpu: None,
+            gpu_instance: None,
             uuid: None,
             pid: None,
             process: None,

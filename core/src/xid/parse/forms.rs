@@ -66,18 +66,29 @@ pub(crate) fn parse_body(body: &[u8]) -> Option<Payload> {
     let rest = head.strip_prefix(b"nvidia-nvswitch")?;
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
     let rest = rest[digits..].strip_prefix(b": SXid ")?;
-    let (pci, rest) = record_address(rest, false)?;
+    let (pci, _, rest) = record_address(rest, false)?;
     let (code, rest) = record_code(rest)?;
-    let message = String::from_utf8_lossy(trim_spaces(rest)).into_owned();
-    if message.starts_with("Data {") || message.starts_with("Data{") {
-        // Register dump following the SXid's own line: same error.
-        return None;
+    let text = trim_spaces(rest);
+    let message = String::from_utf8_lossy(text).into_owned();
+    let pci = Some(pci);
+    if is_sxid_detail(text) {
+        return Some(Payload::SxidDetail { code, pci, message });
     }
-    Some(Payload::Sxid {
-        code,
-        pci: Some(pci),
-        message,
-    })
+    Some(Payload::Sxid { code, pci, message })
+}
+
+/// The lines the NVSwitch driver prints after an SXid's own line, with
+/// the same code: `Severity 1 Engine instance 30 Sub-engine instance 00`
+/// and `Data {0x00000000, ...}` (one or two).
+fn is_sxid_detail(text: &[u8]) -> bool {
+    if text.starts_with(b"Data {") || text.starts_with(b"Data{") {
+        return true;
+    }
+    let Some(rest) = text.strip_prefix(b"Severity ") else {
+        return false;
+    };
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    digits > 0 && rest[digits..].starts_with(b" Engine instance ")
 }
 
 /// Whether the first line of a message is the driver's API-mismatch
@@ -146,6 +157,7 @@ pub(super) fn lines(mut body: &[u8]) -> impl Iterator<Item = &[u8]> {
 struct XidHead<'a> {
     code: u32,
     pci: String,
+    gpu_instance: Option<u32>,
     pid: Option<u32>,
     /// The text after `name=` (the name, the driver's separator `, `, the
     /// message), when the record names a process.
@@ -156,7 +168,7 @@ struct XidHead<'a> {
 
 /// `(PCI:0000:3b:00): 79, pid=..., name=...`, after `NVRM: Xid `.
 fn xid_head(s: &[u8]) -> Option<XidHead<'_>> {
-    let (pci, rest) = record_address(s, true)?;
+    let (pci, gpu_instance, rest) = record_address(s, true)?;
     let (code, rest) = record_code(rest)?;
     let mut rest = trim_spaces_start(rest);
     let mut pid = None;
@@ -166,13 +178,16 @@ fn xid_head(s: &[u8]) -> Option<XidHead<'_>> {
             Some(i) => (&value[..i], &value[i + 1..]),
             None => (first_line(value).0, &b""[..]),
         };
-        let value = String::from_utf8_lossy(value);
-        pid = value.trim().trim_matches('\'').parse().ok();
+        let value = trim_spaces(value);
+        let value = value.strip_prefix(b"'").unwrap_or(value);
+        let value = value.strip_suffix(b"'").unwrap_or(value);
+        pid = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
         rest = trim_spaces_start(after);
     }
     Some(XidHead {
         code,
         pci,
+        gpu_instance,
         pid,
         named: rest.strip_prefix(b"name="),
         rest,
@@ -194,6 +209,7 @@ fn parse_xid(s: &[u8]) -> Option<Payload> {
     Some(Payload::Xid {
         code: head.code,
         pci: Some(head.pci),
+        gpu_instance: head.gpu_instance,
         pid: head.pid,
         process,
         message: String::from_utf8_lossy(trim_spaces(first_line(message).0)).into_owned(),
@@ -294,42 +310,50 @@ pub(super) fn xid_name_open(body: &[u8]) -> bool {
 /// `(PCI:0000:3b:00): ` up to the `:`: the driver's `%04x:%02x:%02x`
 /// (with a function number, or without the `PCI:` tag, in other
 /// versions), for Xids optionally followed by the MIG instance
-/// (` GPU-I:05`, ` GPU-CI:01`). Anything else is not a record.
-fn record_address(s: &[u8], mig: bool) -> Option<(String, &[u8])> {
+/// (` GPU-I:05`, ` GPU-I:05 GPU-CI:01`): the address, the GPU instance,
+/// the rest. Anything else is not a record.
+fn record_address(s: &[u8], mig: bool) -> Option<(String, Option<u32>, &[u8])> {
     let s = s.strip_prefix(b"(")?;
     let close = memchr::memchr(b')', s)?;
     let attr = &s[..close];
     let attr = attr.strip_prefix(b"PCI:").unwrap_or(attr);
-    let (addr, instance) = match memchr::memchr(b' ', attr) {
-        Some(i) => (&attr[..i], &attr[i..]),
-        None => (attr, &b""[..]),
+    let (addr, gpu_instance) = match memchr::memchr(b' ', attr) {
+        Some(i) if mig => (&attr[..i], Some(mig_instance(&attr[i..])?)),
+        Some(_) => return None,
+        None => (attr, None),
     };
-    let instance_ok = instance.is_empty() || (mig && mig_instance(instance));
-    if !instance_ok {
-        return None;
-    }
     let pci = bus_address(addr)?;
-    Some((pci, s[close + 1..].strip_prefix(b":")?))
+    Some((pci, gpu_instance, s[close + 1..].strip_prefix(b":")?))
 }
 
-/// ` GPU-I:05` or ` GPU-I:05 GPU-CI:01`.
-fn mig_instance(s: &[u8]) -> bool {
-    let number = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
-    let Some(rest) = s.strip_prefix(b" GPU-I:") else {
-        return false;
+/// ` GPU-I:05` or ` GPU-I:05 GPU-CI:01` (the driver's `%02u`): the GPU
+/// instance.
+fn mig_instance(s: &[u8]) -> Option<u32> {
+    let number = |s: &[u8]| -> Option<u32> {
+        if s.is_empty() || s.len() > 9 || !s.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(s).ok()?.parse().ok()
     };
-    match memmem::find(rest, b" GPU-CI:") {
-        Some(i) => number(&rest[..i]) && number(&rest[i + 8..]),
+    let rest = s.strip_prefix(b" GPU-I:")?;
+    match memchr::memchr(b' ', rest) {
+        Some(i) => {
+            number(rest[i..].strip_prefix(b" GPU-CI:")?)?;
+            number(&rest[..i])
+        }
         None => number(rest),
     }
 }
 
-/// `0000:3b:00` or `0000:3b:00.0` (hex), normalised.
+/// `0000:3b:00` or `0000:3b:00.0` (hex), normalised as
+/// [`normalize_pci`] does it (`0000:3b:00.0`, lower case; device at most
+/// 0x1f, function at most 7), without its allocations: this runs for
+/// every record.
 fn bus_address(addr: &[u8]) -> Option<String> {
     let hex = |s: &[u8], n: usize| s.len() == n && s.iter().all(u8::is_ascii_hexdigit);
     let (bdf, function) = match addr {
-        [bdf @ .., b'.', f] => (bdf, Some(*f)),
-        _ => (addr, None),
+        [bdf @ .., b'.', f] => (bdf, *f),
+        _ => (addr, b'0'),
     };
     let well_formed = bdf.len() == 10
         && hex(&bdf[0..4], 4)
@@ -337,11 +361,17 @@ fn bus_address(addr: &[u8]) -> Option<String> {
         && hex(&bdf[5..7], 2)
         && bdf[7] == b':'
         && hex(&bdf[8..10], 2)
-        && function.is_none_or(|f| f.is_ascii_digit());
+        && (b'0'..=b'7').contains(&function)
+        && matches!(bdf[8], b'0' | b'1');
     if !well_formed {
         return None;
     }
-    normalize_pci(std::str::from_utf8(addr).ok()?)
+    let mut pci = String::with_capacity(12);
+    pci.extend(bdf.iter().map(|&b| char::from(b.to_ascii_lowercase())));
+    pci.push('.');
+    pci.push(char::from(function));
+    debug_assert_eq!(normalize_pci(&pci).as_deref(), Some(pci.as_str()), "{pci}");
+    Some(pci)
 }
 
 /// ` 79, rest` -> (79, rest): up to six digits, then `,` or the end of
@@ -516,21 +546,32 @@ mod tests {
     #[test]
     fn addresses_have_the_drivers_format() {
         let code_pci = |body: &str| match parse_body(body.as_bytes()) {
-            Some(Payload::Xid { code, pci, .. }) => Some((code, pci.unwrap())),
+            Some(Payload::Xid {
+                code,
+                pci,
+                gpu_instance,
+                ..
+            }) => Some((code, pci.unwrap(), gpu_instance)),
             _ => None,
         };
-        let want = Some((94, "0000:01:00.0".to_string()));
-        assert_eq!(code_pci("NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, x"), want);
+        let want = |gi| Some((94, "0000:01:00.0".to_string(), gi));
         assert_eq!(
-            code_pci("NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01): 94, x"),
-            want
+            code_pci("NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, x"),
+            want(Some(5))
         );
-        assert_eq!(code_pci("NVRM: Xid (PCI:0000:01:00.0): 94, x"), want);
-        assert_eq!(code_pci("NVRM: Xid (0000:01:00): 94"), want);
+        assert_eq!(
+            code_pci("NVRM: Xid (PCI:0000:01:00 GPU-I:13 GPU-CI:01): 94, x"),
+            want(Some(13))
+        );
+        assert_eq!(code_pci("NVRM: Xid (PCI:0000:01:00.0): 94, x"), want(None));
+        assert_eq!(code_pci("NVRM: Xid (0000:01:00): 94"), want(None));
         for bad in [
             "NVRM: Xid (): 9, x",
             "NVRM: Xid (PCI:1:00): 94, x",
             "NVRM: Xid (PCI:0000:01:00 x): 94, x",
+            "NVRM: Xid (PCI:0000:01:00 GPU-I:): 94, x",
+            "NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:x): 94, x",
+            "NVRM: Xid (PCI:0000:01:00 GPU-I:05 x): 94, x",
             "NVRM: Xid (PCI:0000:01:00, x): 94, x",
             "NVRM: Xid (PCI:0000:01:00): 94 x",
         ] {

@@ -122,20 +122,21 @@ impl SplitRecord {
 
     /// Take the next line of the log (without its newline).
     pub(crate) fn take(&mut self, line: &[u8]) -> SplitStep {
-        let body = match (&self.wrapping, wrapper_len(line)) {
-            (Wrapping::EveryLine(prefix), Some(n)) if n > 0 => {
-                if trim_end(&line[..n]) != prefix.as_slice() {
-                    return SplitStep::Apart;
-                }
-                &line[n..]
-            }
-            (Wrapping::FirstLine(header), Some(n))
-                if n > 0 && header.ends_with(b"]") && trim_end(&line[..n]) == header.as_slice() =>
-            {
-                &line[n..]
-            }
-            (Wrapping::FirstLine(_), _) if has_syslog_header(line) => return SplitStep::Apart,
-            _ => line,
+        let body = match &self.wrapping {
+            // After the record's own prefix, the line is the record's,
+            // whatever it looks like (a user's text may start like a
+            // time stamp): only another prefix ends the record.
+            Wrapping::EveryLine(prefix) => match after_prefix(line, prefix) {
+                Some(rest) => rest,
+                None if wrapper_len(line).is_some_and(|n| n > 0) => return SplitStep::Apart,
+                None => line,
+            },
+            Wrapping::FirstLine(header) => match after_prefix(line, header) {
+                Some(rest) if header.ends_with(b"]") => rest,
+                _ if has_syslog_header(line) => return SplitStep::Apart,
+                _ => line,
+            },
+            Wrapping::Bare => line,
         };
         let max = match self.kind {
             Kind::UserText { .. } => MAX_USER_TEXT_LINES,
@@ -192,7 +193,18 @@ impl SplitRecord {
 /// of user text: never the rest of a process name.
 fn starts_a_record(line: &[u8]) -> bool {
     parse_line(line).is_some()
-        || unwrap(line).is_some_and(|(_, _, body)| embeds_user_text(first_line(body).0))
+        || unwrap(line).is_some_and(|u| embeds_user_text(first_line(u.body).0))
+}
+
+/// `line` after `prefix` (a record's prefix without its trailing blank)
+/// and the blank after it; `None` when the line has another prefix.
+fn after_prefix<'a>(line: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
+    let rest = line.strip_prefix(prefix)?;
+    match rest.first() {
+        None => Some(rest),
+        Some(b' ' | b'\t') => Some(&rest[1..]),
+        Some(_) => None,
+    }
 }
 
 fn trim_end(mut s: &[u8]) -> &[u8] {

@@ -1,16 +1,36 @@
 //! The wrappers sources put around a kernel record (`/dev/kmsg`, `dmesg`
-//! and its options, syslog, `journalctl`): each is recognised from the
-//! line itself, which also tells whether the kernel wrote the line.
+//! with any of its options, syslog, `journalctl`): each is recognised from
+//! the line itself, which also tells whether the kernel wrote the line.
+//! Time stamps are read leniently ([`super::stamps`]): one that cannot be
+//! read makes the record's time unknown, never the record lost.
 
-use super::super::stamp::{month_number, utc_to_unix, Stamp};
+use super::super::stamp::Stamp;
+use super::stamps::{self, better, bracketed, is_caller_id, looks_iso, syslog_date};
 
-/// Whether `unwrap` took the line as a syslog one (`<time> host kernel:`).
-pub(super) fn is_syslog_line(line: &[u8]) -> bool {
-    match line.first() {
-        Some(b'A'..=b'Z') => unwrap_syslog(line).is_some(),
-        Some(b'0'..=b'9') => unwrap_kmsg(line).is_none() && unwrap_iso_syslog(line).is_some(),
-        _ => false,
-    }
+/// Which kind of source wrote a line, as its wrapper tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wrapper {
+    /// A `/dev/kmsg` record of facility 0 (`prio,seq,usec,flags;`).
+    Kmsg,
+    /// `dmesg`, any options: `[stamp] `, `<prio>[stamp] `, `kern  :err   : `,
+    /// an ISO stamp, several stamps, a caller id, or nothing but the
+    /// decoded facility.
+    Dmesg,
+    /// A syslog header with the `kernel:` tag (any user can write one).
+    Syslog,
+    /// The message alone (`journalctl -o cat`, `dmesg -t`).
+    Bare,
+}
+
+/// A kernel line taken apart.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Unwrapped<'a> {
+    pub stamp: Stamp,
+    /// `/dev/kmsg` sequence number.
+    pub seq: Option<u64>,
+    /// The record's message: a tail of the line.
+    pub body: &'a [u8],
+    pub wrapper: Wrapper,
 }
 
 pub(super) fn trim_newline(mut line: &[u8]) -> &[u8] {
@@ -20,24 +40,36 @@ pub(super) fn trim_newline(mut line: &[u8]) -> &[u8] {
     line
 }
 
-/// A kernel line's stamp, kmsg sequence number and message; `None` when
-/// the line is not the kernel's (or is a kmsg continuation line).
-pub(crate) fn unwrap(line: &[u8]) -> Option<(Stamp, Option<u64>, &[u8])> {
+/// A kernel line's wrapper, stamp and message; `None` when the line is
+/// not the kernel's (or is a continuation line).
+pub(crate) fn unwrap(line: &[u8]) -> Option<Unwrapped<'_>> {
     match line.first()? {
-        b'0'..=b'9' => unwrap_kmsg(line).or_else(|| unwrap_iso_syslog(line)),
-        b'<' => {
-            // `dmesg -r`: `<prio>[stamp] msg`.
-            let (prio, rest) = take_number(&line[1..])?;
-            let rest = rest.strip_prefix(b">")?;
-            if prio >> 3 != 0 {
-                return None;
+        b'0'..=b'9' => {
+            if let Some(kmsg) = kmsg_line(line) {
+                return kmsg;
             }
-            unwrap_bracket(rest).or(Some((Stamp::None, None, rest)))
+            if looks_iso(line) {
+                return iso_line(line);
+            }
+            unwrap_syslog(line)
         }
-        b'[' => unwrap_bracket(line),
-        b'A'..=b'Z' => unwrap_syslog(line).or_else(|| bare(line)),
-        b'a'..=b'z' => unwrap_dmesg_x(line).or_else(|| bare(line)),
-        _ => None,
+        b'<' => raw_line(line),
+        b'[' => {
+            let (stamp, body, parts) = dmesg_prefix(line);
+            (parts > 0).then_some(Unwrapped {
+                stamp,
+                seq: None,
+                body,
+                wrapper: Wrapper::Dmesg,
+            })
+        }
+        b' ' | b'\t' => None,
+        _ => {
+            if let Some(decoded) = decoded_line(line) {
+                return decoded;
+            }
+            unwrap_syslog(line).or_else(|| bare(line))
+        }
     }
 }
 
@@ -45,250 +77,277 @@ pub(crate) fn unwrap(line: &[u8]) -> Option<(Stamp, Option<u64>, &[u8])> {
 /// bare message); `None` when the line is not the kernel's. The lines a
 /// text source prints for one multi-line record share this prefix.
 pub(crate) fn wrapper_len(line: &[u8]) -> Option<usize> {
-    let (_, _, body) = unwrap(line)?;
+    let u = unwrap(line)?;
     // Every wrapper's message is a tail of the line.
-    Some(line.len() - body.len())
+    Some(line.len() - u.body.len())
 }
 
-/// Whether a line starts with a syslog time stamp, whatever its tag: a
-/// syslog file's record of its own.
+/// Whether a line starts with a whole syslog header, whatever its tag
+/// (`Nov 29 14:00:01 host tag: `, the month in any locale, or an ISO
+/// stamp): a syslog file's record of its own. Whole: at least 17 bytes,
+/// more than a process name's 14 after a newline, so that a name cannot
+/// pass for the start of another record.
 pub(crate) fn has_syslog_header(line: &[u8]) -> bool {
-    syslog_stamp(line).is_some() || iso_syslog_stamp(line).is_some()
+    let clock_shaped = |t: &[u8]| t.len() >= 8 && t[2] == b':' && t[5] == b':';
+    if let Some((_, rest)) = syslog_header(line) {
+        let time = &line[..line.len() - rest.len() - 1];
+        let time = &time[time.iter().rposition(|&b| b == b' ').map_or(0, |i| i + 1)..];
+        return clock_shaped(time) && syslog_tagged(rest);
+    }
+    looks_iso(line) && memchr::memchr(b' ', line).is_some_and(|sp| syslog_tagged(&line[sp + 1..]))
 }
 
 /// Whether a source that wraps a line this way wraps every line of a
 /// record (`dmesg` and its options print each line of a multi-line
-/// record with the record's prefix; a kmsg line is a whole record). A
-/// syslog header or a bare message is written once, before lines that
-/// may carry anything.
+/// record with the record's prefix when asked to; a kmsg line is a whole
+/// record). A syslog header or a bare message is written once, before
+/// lines that may carry anything.
 pub(crate) fn wraps_every_line(line: &[u8]) -> bool {
-    match line.first() {
-        Some(b'[' | b'<') => true,
-        Some(b'0'..=b'9') => unwrap_kmsg(line).is_some(),
-        Some(b'a'..=b'z') => unwrap_dmesg_x(line).is_some(),
-        _ => false,
-    }
+    unwrap(line).is_some_and(|u| matches!(u.wrapper, Wrapper::Kmsg | Wrapper::Dmesg))
 }
 
 /// A message without wrapper (`journalctl -k -o cat`).
-fn bare(line: &[u8]) -> Option<(Stamp, Option<u64>, &[u8])> {
-    (line.starts_with(b"NVRM: ") || line.starts_with(b"nvidia-nvswitch")).then_some((
-        Stamp::None,
-        None,
-        line,
-    ))
+fn bare(line: &[u8]) -> Option<Unwrapped<'_>> {
+    (line.starts_with(b"NVRM: ") || line.starts_with(b"nvidia-nvswitch")).then_some(Unwrapped {
+        stamp: Stamp::None,
+        seq: None,
+        body: line,
+        wrapper: Wrapper::Bare,
+    })
 }
 
-/// `/dev/kmsg`: `prio,seq,usec,flags[,more];message`; the facility is in
-/// prio and must be 0 (kernel): writes from user space carry facility 1.
-fn unwrap_kmsg(line: &[u8]) -> Option<(Stamp, Option<u64>, &[u8])> {
+/// `/dev/kmsg`: `prio,seq,usec,flags[,more];message`. `Some(None)`: a
+/// kmsg line that is not the kernel's (the facility in `prio` is not 0:
+/// user space writes with facility 1).
+fn kmsg_line(line: &[u8]) -> Option<Option<Unwrapped<'_>>> {
     let (prio, rest) = take_number(line)?;
     let (seq, rest) = take_number(rest.strip_prefix(b",")?)?;
-    let (usec, rest) = take_number(rest.strip_prefix(b",")?)?;
     let rest = rest.strip_prefix(b",")?;
+    let comma = memchr::memchr(b',', rest)?;
+    let (usec, rest) = (&rest[..comma], &rest[comma + 1..]);
     let semi = memchr::memchr(b';', rest)?;
-    if rest[..semi].contains(&b' ') || prio >> 3 != 0 {
+    if rest[..semi].contains(&b' ') || usec.contains(&b' ') || usec.contains(&b';') {
         return None;
     }
-    Some((Stamp::Monotonic { us: usec }, Some(seq), &rest[semi + 1..]))
-}
-
-/// `[  123.456789] msg` or `[Sun Nov 29 14:00:01 2026] msg`.
-fn unwrap_bracket(line: &[u8]) -> Option<(Stamp, Option<u64>, &[u8])> {
-    let close = memchr::memchr(b']', line)?;
-    if line.first() != Some(&b'[') {
-        return None;
+    if prio >> 3 != 0 {
+        return Some(None);
     }
-    let inner = &line[1..close];
-    let body = line[close + 1..]
-        .strip_prefix(b" ")
-        .unwrap_or(&line[close + 1..]);
-    let stamp = monotonic_stamp(inner).or_else(|| ctime_stamp(inner))?;
-    Some((stamp, None, body))
-}
-
-fn monotonic_stamp(inner: &[u8]) -> Option<Stamp> {
-    let inner = trim_spaces(inner);
-    let (secs, rest) = take_number(inner)?;
-    let frac = rest.strip_prefix(b".")?;
-    if frac.is_empty() || frac.len() > 9 || !frac.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let mut us = 0u64;
-    for i in 0..6 {
-        us = us * 10 + frac.get(i).map_or(0, |d| u64::from(d - b'0'));
-    }
-    Some(Stamp::Monotonic {
-        us: secs.checked_mul(1_000_000)?.checked_add(us)?,
-    })
-}
-
-/// `Sun Nov 29 14:00:01 2026` (`dmesg -T`, local time).
-fn ctime_stamp(inner: &[u8]) -> Option<Stamp> {
-    let mut words = inner.split(|&b| b == b' ').filter(|w| !w.is_empty());
-    let _weekday = words.next()?;
-    let month = month_number(words.next()?)?;
-    let (day, _) = take_number(words.next()?)?;
-    let (hour, min, sec, ms) = clock(words.next()?)?;
-    let (year, _) = take_number(words.next()?)?;
-    Some(Stamp::Local {
-        year: Some(i32::try_from(year).ok()?),
-        month,
-        day: u8::try_from(day).ok()?,
-        hour,
-        min,
-        sec,
-        ms,
-    })
-}
-
-/// `HH:MM:SS[.frac]`.
-fn clock(s: &[u8]) -> Option<(u8, u8, u8, u16)> {
-    if s.len() < 8 || s[2] != b':' || s[5] != b':' {
-        return None;
-    }
-    let two = |i: usize| -> Option<u8> {
-        let (a, b) = (s[i], s[i + 1]);
-        (a.is_ascii_digit() && b.is_ascii_digit()).then(|| (a - b'0') * 10 + (b - b'0'))
+    let stamp = match take_number(usec) {
+        Some((us, b"")) => Stamp::Monotonic { us },
+        _ => Stamp::None,
     };
-    let mut ms = 0u16;
-    if let Some(frac) = s[8..].strip_prefix(b".") {
-        for i in 0..3 {
-            let d = frac.get(i).copied().unwrap_or(b'0');
-            if !d.is_ascii_digit() {
-                return None;
+    Some(Some(Unwrapped {
+        stamp,
+        seq: Some(seq),
+        body: &rest[semi + 1..],
+        wrapper: Wrapper::Kmsg,
+    }))
+}
+
+/// `dmesg -r`: `<prio>[stamp] msg`; only facility 0 (kernel).
+fn raw_line(line: &[u8]) -> Option<Unwrapped<'_>> {
+    let (prio, rest) = take_number(&line[1..])?;
+    let rest = rest.strip_prefix(b">")?;
+    if prio >> 3 != 0 {
+        return None;
+    }
+    let (stamp, body, _) = dmesg_prefix(rest);
+    Some(Unwrapped {
+        stamp,
+        seq: None,
+        body,
+        wrapper: Wrapper::Dmesg,
+    })
+}
+
+/// The facilities `dmesg --decode` prints (util-linux, `sys/syslog.h`).
+const FACILITIES: [&[u8]; 24] = [
+    b"kern",
+    b"user",
+    b"mail",
+    b"daemon",
+    b"auth",
+    b"syslog",
+    b"lpr",
+    b"news",
+    b"uucp",
+    b"cron",
+    b"authpriv",
+    b"ftp",
+    b"res0",
+    b"res1",
+    b"res2",
+    b"res3",
+    b"local0",
+    b"local1",
+    b"local2",
+    b"local3",
+    b"local4",
+    b"local5",
+    b"local6",
+    b"local7",
+];
+/// The levels it prints.
+const LEVELS: [&[u8]; 8] = [
+    b"emerg", b"alert", b"crit", b"err", b"warn", b"notice", b"info", b"debug",
+];
+
+/// `dmesg -x` (`--decode`): `kern  :err   : ` then any of the time
+/// formats (or none). `Some(None)`: a record of another facility than
+/// `kern`, which user space wrote (`logger --kmsg`, `echo >/dev/kmsg`,
+/// systemd): never the driver's, whatever it says.
+fn decoded_line(line: &[u8]) -> Option<Option<Unwrapped<'_>>> {
+    let colon = memchr::memchr(b':', line)?;
+    let facility = trim_spaces(&line[..colon]);
+    if !FACILITIES.contains(&facility) {
+        return None;
+    }
+    let rest = &line[colon + 1..];
+    let colon = memchr::memchr(b':', rest)?;
+    if !LEVELS.contains(&trim_spaces(&rest[..colon])) {
+        return None;
+    }
+    if facility != b"kern" {
+        return Some(None);
+    }
+    let (stamp, body, _) = dmesg_prefix(trim_spaces_start(&rest[colon + 1..]));
+    Some(Some(Unwrapped {
+        stamp,
+        seq: None,
+        body,
+        wrapper: Wrapper::Dmesg,
+    }))
+}
+
+/// What `dmesg` prints before a message: any number of time stamps (one
+/// per `--time-format`: brackets, or an ISO word), then maybe the caller
+/// id. The best stamp, the message, and how many parts (stamps and
+/// caller id) there were.
+fn dmesg_prefix(mut rest: &[u8]) -> (Stamp, &[u8], usize) {
+    let mut stamp = Stamp::None;
+    let mut parts = 0;
+    loop {
+        if rest.first() == Some(&b'[') {
+            let Some(close) = memchr::memchr(b']', rest) else {
+                break;
+            };
+            let inner = &rest[1..close];
+            let after = &rest[close + 1..];
+            let after = after.strip_prefix(b" ").unwrap_or(after);
+            if is_caller_id(inner) {
+                rest = after;
+                parts += 1;
+                break;
             }
-            ms = ms * 10 + u16::from(d - b'0');
+            let Some(s) = bracketed(inner) else { break };
+            stamp = better(stamp, s);
+            parts += 1;
+            rest = after;
+        } else if looks_iso(rest) {
+            let end = memchr::memchr(b' ', rest).unwrap_or(rest.len());
+            stamp = better(stamp, stamps::iso(&rest[..end]));
+            parts += 1;
+            rest = rest.get(end + 1..).unwrap_or_default();
+        } else {
+            break;
         }
-    } else if s.len() != 8 {
-        return None;
     }
-    Some((two(0)?, two(3)?, two(6)?, ms))
+    (stamp, rest, parts)
 }
 
-/// `Nov 29 14:00:01[.frac] host tag: msg`: only `kernel:` lines count.
-fn unwrap_syslog(line: &[u8]) -> Option<(Stamp, Option<u64>, &[u8])> {
-    let (stamp, rest) = syslog_stamp(line)?;
-    kernel_tagged(stamp, rest)
+/// A line that starts with an ISO stamp: syslog's (`<stamp> host tag:
+/// msg`, only the tag `kernel:` counts) or `dmesg --time-format iso`'s
+/// (`<stamp> msg`).
+fn iso_line(line: &[u8]) -> Option<Unwrapped<'_>> {
+    let end = memchr::memchr(b' ', line)?;
+    let rest = &line[end + 1..];
+    if syslog_tagged(rest) {
+        return Some(Unwrapped {
+            stamp: stamps::iso(&line[..end]),
+            seq: None,
+            body: kernel_tagged(rest)?,
+            wrapper: Wrapper::Syslog,
+        });
+    }
+    let (stamp, body, _) = dmesg_prefix(line);
+    Some(Unwrapped {
+        stamp,
+        seq: None,
+        body,
+        wrapper: Wrapper::Dmesg,
+    })
 }
 
-/// `Nov 29 14:00:01[.frac] ` -> the stamp and what follows it.
-fn syslog_stamp(line: &[u8]) -> Option<(Stamp, &[u8])> {
-    let month = month_number(line)?;
-    let rest = trim_spaces_start(line.get(3..)?);
-    let (day, rest) = take_number(rest)?;
-    let rest = rest.strip_prefix(b" ")?;
-    let sp = memchr::memchr(b' ', rest)?;
-    let (hour, min, sec, ms) = clock(&rest[..sp])?;
-    let stamp = Stamp::Local {
-        year: None,
-        month,
-        day: u8::try_from(day).ok()?,
-        hour,
-        min,
-        sec,
-        ms,
-    };
-    Some((stamp, &rest[sp + 1..]))
+/// `Nov 29 14:00:01[.frac] host kernel: msg`, the month in the locale's
+/// words: only `kernel:` lines count.
+fn unwrap_syslog(line: &[u8]) -> Option<Unwrapped<'_>> {
+    let (stamp, rest) = syslog_header(line)?;
+    Some(Unwrapped {
+        stamp,
+        seq: None,
+        body: kernel_tagged(rest)?,
+        wrapper: Wrapper::Syslog,
+    })
 }
 
-/// `2026-11-29T14:00:01[.frac][Z|+01:00|+0100] host kernel: msg`.
-fn unwrap_iso_syslog(line: &[u8]) -> Option<(Stamp, Option<u64>, &[u8])> {
-    let (stamp, rest) = iso_syslog_stamp(line)?;
-    kernel_tagged(stamp, rest)
-}
-
-/// `2026-11-29T14:00:01[.frac][zone] ` -> the stamp and what follows it.
-fn iso_syslog_stamp(line: &[u8]) -> Option<(Stamp, &[u8])> {
+/// `<month> <day> <time> ` (syslog, `journalctl -o short`): the stamp
+/// and what follows it. The month is a word of the locale (`Nov`, `kwi`,
+/// `11月`), the day one or two digits, the time starts with a digit;
+/// what of it cannot be read is time unknown.
+fn syslog_header(line: &[u8]) -> Option<(Stamp, &[u8])> {
     let sp = memchr::memchr(b' ', line)?;
-    let iso = &line[..sp];
-    if iso.len() < 19 || iso[4] != b'-' || iso[7] != b'-' || iso[10] != b'T' {
+    let month = &line[..sp];
+    if month.is_empty()
+        || month.len() > 16
+        || month.iter().any(|&b| b < b' ' || b == b':' || b == b'[')
+    {
         return None;
     }
-    let num = |r: std::ops::Range<usize>| -> Option<u32> {
-        let s = &iso[r];
-        s.iter().all(u8::is_ascii_digit).then_some(())?;
-        std::str::from_utf8(s).ok()?.parse().ok()
-    };
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, min, sec, _) = clock(&iso[11..19])?;
-    let mut rest = &iso[19..];
-    let mut ms = 0i64;
-    if let Some(frac) = rest.strip_prefix(b".") {
-        let n = frac.iter().take_while(|b| b.is_ascii_digit()).count();
-        for i in 0..3 {
-            ms = ms * 10
-                + frac
-                    .get(i)
-                    .filter(|_| i < n)
-                    .map_or(0, |d| i64::from(d - b'0'));
-        }
-        rest = &frac[n..];
+    let rest = trim_spaces_start(&line[sp + 1..]);
+    let (day, rest) = take_number(rest)?;
+    if day > 99 {
+        return None;
     }
-    let local = |ms: i64| Stamp::Local {
-        year: i32::try_from(year).ok(),
-        month: month as u8,
-        day: day as u8,
-        hour,
-        min,
-        sec,
-        ms: ms as u16,
-    };
-    let stamp = match rest {
-        b"" => local(ms),
-        b"Z" => Stamp::Unix {
-            ms: utc_to_unix(year as i32, month as u8, day as u8, hour, min, sec)? * 1000 + ms,
-        },
-        [sign @ (b'+' | b'-'), tz @ ..] => {
-            let tz: Vec<u8> = tz.iter().copied().filter(|&b| b != b':').collect();
-            if tz.len() != 4 || !tz.iter().all(u8::is_ascii_digit) {
-                return None;
-            }
-            let off = i64::from(tz[0] - b'0') * 600
-                + i64::from(tz[1] - b'0') * 60
-                + i64::from(tz[2] - b'0') * 10
-                + i64::from(tz[3] - b'0');
-            let off = if *sign == b'-' { -off } else { off };
-            let utc = utc_to_unix(year as i32, month as u8, day as u8, hour, min, sec)?;
-            Stamp::Unix {
-                ms: (utc - off * 60) * 1000 + ms,
-            }
-        }
-        _ => return None,
-    };
-    Some((stamp, &line[sp + 1..]))
+    let rest = rest.strip_prefix(b" ")?;
+    if !rest.first().is_some_and(u8::is_ascii_digit) {
+        return None;
+    }
+    let sp = memchr::memchr(b' ', rest)?;
+    Some((syslog_date(month, day, &rest[..sp]), &rest[sp + 1..]))
 }
 
-/// `host kernel: [  123.456] msg` after a syslog time stamp.
-fn kernel_tagged(stamp: Stamp, rest: &[u8]) -> Option<(Stamp, Option<u64>, &[u8])> {
+/// Whether `rest` starts as a syslog line does after its time stamp,
+/// `host tag: ` (the tag may hold `[pid]`). No NVIDIA record starts
+/// that way (its second word never ends with `:`), nor more of `dmesg`'s
+/// stamps (the host is no bracket and no ISO stamp).
+fn syslog_tagged(rest: &[u8]) -> bool {
+    let Some(sp) = memchr::memchr(b' ', rest) else {
+        return false;
+    };
+    if rest.first() == Some(&b'[') || looks_iso(rest) {
+        return false;
+    }
+    let after = &rest[sp + 1..];
+    match memchr::memchr(b' ', after) {
+        Some(end) => end > 1 && after[end - 1] == b':',
+        None => false,
+    }
+}
+
+/// `host kernel: [  123.456] msg` after a syslog time stamp: the message.
+fn kernel_tagged(rest: &[u8]) -> Option<&[u8]> {
     let sp = memchr::memchr(b' ', rest)?;
     let body = rest[sp + 1..].strip_prefix(b"kernel: ")?;
     // rsyslog may keep the kernel's own monotonic stamp; drop it.
     if body.first() == Some(&b'[') {
         if let Some(close) = memchr::memchr(b']', body) {
-            if monotonic_stamp(&body[1..close]).is_some() {
+            if stamps::monotonic(&body[1..close]).is_some() {
                 let b = &body[close + 1..];
-                return Some((stamp, None, b.strip_prefix(b" ").unwrap_or(b)));
+                return Some(b.strip_prefix(b" ").unwrap_or(b));
             }
         }
     }
-    Some((stamp, None, body))
-}
-
-/// `dmesg -x`: `kern  :err   : [  123.456] msg`; only facility `kern`.
-fn unwrap_dmesg_x(line: &[u8]) -> Option<(Stamp, Option<u64>, &[u8])> {
-    let colon = memchr::memchr(b':', line)?;
-    if trim_spaces(&line[..colon]) != b"kern" {
-        return None;
-    }
-    let rest = &line[colon + 1..];
-    let colon = memchr::memchr(b':', rest)?;
-    let rest = trim_spaces_start(&rest[colon + 1..]);
-    if rest.first() == Some(&b'[') {
-        unwrap_bracket(rest)
-    } else {
-        Some((Stamp::None, None, rest))
-    }
+    Some(body)
 }
 
 pub(super) fn take_number(s: &[u8]) -> Option<(u64, &[u8])> {

@@ -53,7 +53,9 @@ impl std::fmt::Display for Action {
 /// policy (`[remediation]`) reads it; a fault no one marked needs a
 /// person. Ordered by how much it asks of people: where two findings of
 /// one fault disagree, the greater stands.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Remedy {
     /// A GPU reset or a node reboot clears it.

@@ -25,10 +25,10 @@ pub use keys::{check as check_range, range_of, KeyRange, NVML_DEADLINE_FLOOR_MS,
 pub use load::{
     config_path, load, load_for_node, node_dropin_path, parse, Loaded, NamedBy, MAX_CONFIG_BYTES,
 };
-pub use remediation::RemediationConfig;
 pub use power::{
     check_racks, expand as expand_node_range, PowerSection, Rack, RackConfig, MAX_POWER_NODES,
 };
+pub use remediation::RemediationConfig;
 pub use sections::{
     parse_port_name, BrakeConfig, BrakeScope, DcgmConfig, PortAction, RdmaConfig, RecoveryConfig,
     StepEndConfig, BRAKE_DECIDE_RESERVE_MS,

@@ -136,7 +136,11 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
         .map(FaultId::of)
         .collect();
     let recovery = &ctx.config().recovery;
-    let observed = turn.loaded.ledger.observe(findings, view, recovery);
+    let remediation = &ctx.config().remediation;
+    let observed = turn
+        .loaded
+        .ledger
+        .observe(findings, view, recovery, remediation);
     let fresh = observed.fresh;
     if !observed.escalated.is_empty() {
         log::error!(

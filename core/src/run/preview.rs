@@ -53,6 +53,7 @@ pub fn prolog_would(ctx: &RunContext, check: &NodeCheck) -> WouldDo {
         &check.findings,
         &act::node_run_view(ctx),
         &ctx.config().recovery,
+        &ctx.config().remediation,
     );
     match ledger.plan(ctx.config_ok()) {
         Plan::Drain { reason, .. } => WouldDo::Drain {

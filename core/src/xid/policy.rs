@@ -263,9 +263,7 @@ fn recovery_target(message: &str) -> (PolicyAction, bool) {
         Some(n @ 1..=7) => (PolicyAction::Drain, matches!(n, 1 | 2 | 4 | 6 | 7)),
         _ if words == "none" => (PolicyAction::Info, false),
         _ if reset => (PolicyAction::Drain, true),
-        _ if ["drain", "recover"].iter().any(|w| words.contains(w)) => {
-            (PolicyAction::Drain, false)
-        }
+        _ if ["drain", "recover"].iter().any(|w| words.contains(w)) => (PolicyAction::Drain, false),
         _ => (PolicyAction::Warn, false),
     }
 }

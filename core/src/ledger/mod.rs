@@ -27,6 +27,7 @@
 
 mod observe;
 mod plan;
+mod reboot;
 pub mod store;
 
 use serde::{Deserialize, Serialize};
@@ -306,7 +307,12 @@ impl Ledger {
 
     /// The gravest open action, if any.
     pub fn gravest(&self) -> Option<Action> {
-        self.faults.iter().map(|f| f.action).max()
+        self.open_faults().map(|f| f.action).max()
+    }
+
+    /// The faults that stand (not cleared by a reboot since).
+    pub fn open_faults(&self) -> impl Iterator<Item = &Fault> {
+        self.faults.iter().filter(|f| !f.rebooted())
     }
 
     pub fn fault(&self, id: &FaultId) -> Option<&Fault> {
@@ -317,19 +323,19 @@ impl Ledger {
     /// the order of the drain reason, so that a cut reason keeps the
     /// gravest.
     pub fn findings(&self) -> Vec<Finding> {
-        let mut open: Vec<&Fault> = self.faults.iter().collect();
+        let mut open: Vec<&Fault> = self.open_faults().collect();
         open.sort_by_key(|f| (std::cmp::Reverse(f.action), f.first_ms));
         open.into_iter().map(Fault::finding).collect()
     }
 
-    /// Reboots asked for faults of `kind` within `window_ms` before
-    /// `now_ms`, the one asked and not seen happen yet included.
+    /// Reboots that happened for faults of `kind` within `window_ms`
+    /// before `now_ms` (one asked and not seen happen yet is not one:
+    /// the fault found again before it is the same occurrence).
     pub fn reboots_for(&self, kind: &str, now_ms: u64, window_ms: u64) -> usize {
         let from = now_ms.saturating_sub(window_ms);
-        let done = self.reboots.iter().map(|r| (r.at_ms, &r.kinds));
-        let asked = self.reboot_asked.iter().map(|r| (r.at_ms, &r.kinds));
-        done.chain(asked)
-            .filter(|(at, kinds)| *at >= from && kinds.iter().any(|k| k == kind))
+        self.reboots
+            .iter()
+            .filter(|r| r.at_ms >= from && r.kinds.iter().any(|k| k == kind))
             .count()
     }
 

@@ -119,11 +119,13 @@ impl Ledger {
     /// Pending `drain-until-clean` faults stand until the node was quiet
     /// for `quiet_ms` after they were last found, as such a drain would;
     /// `drain` faults and drained faults stay (the automatic return and
-    /// `gpu-health resume` end those).
+    /// `gpu-health resume` end those). A fault a reboot cleared goes
+    /// once quiet as long (its reboots stay counted in `reboots`).
     fn let_quiet_faults_go(&mut self, now_ms: u64, quiet_ms: u64) {
         self.faults.retain(|f| {
             let quiet = now_ms.saturating_sub(f.last_ms) >= quiet_ms;
-            !(quiet && f.action == Action::DrainUntilClean && !f.drained())
+            let goes = f.rebooted() || (f.action == Action::DrainUntilClean && !f.drained());
+            !(quiet && goes)
         });
     }
 
@@ -174,7 +176,7 @@ impl Ledger {
         f
     }
 
-    /// One finding into its fault: the gravest action sticks with its
+    /// One finding into its fault: the gravest action (and remedy) sticks with its
     /// text (the first finding's, among equals: the one that says where
     /// the fault was first seen, e.g. during which job); a milder one
     /// only says the fault was seen again.
@@ -183,8 +185,10 @@ impl Ledger {
         let now = view.now_ms;
         match self.faults.iter_mut().find(|e| e.id == id) {
             Some(e) => {
-                if f.action > e.action {
-                    e.action = f.action;
+                // A graver action, or a graver remedy (hardware
+                // inspection after reboots), brings its text.
+                if f.action > e.action || f.remedy > e.remedy {
+                    e.action = e.action.max(f.action);
                     e.summary = capped(&f.summary, MAX_SUMMARY);
                     e.message = capped(&f.message, MAX_MESSAGE);
                 }

@@ -38,6 +38,8 @@ pub struct ModelSlurm {
     pub calls: AtomicUsize,
     pub clock_ms: AtomicU64,
     pub resumes: AtomicUsize,
+    /// The nodes a reboot was asked for, in order.
+    pub reboots: Mutex<Vec<usize>>,
     /// Two runs at once: the brake's pause takes real time, so that they
     /// interleave as two processes would.
     pub concurrent: AtomicBool,
@@ -61,6 +63,7 @@ impl ModelSlurm {
             calls: AtomicUsize::new(0),
             clock_ms: AtomicU64::new(0),
             resumes: AtomicUsize::new(0),
+            reboots: Mutex::new(Vec::new()),
             concurrent: AtomicBool::new(false),
         }
     }
@@ -155,12 +158,23 @@ impl SlurmCalls for ModelSlurm {
     fn remaining(&self) -> Duration {
         Duration::from_secs(30)
     }
-    fn drain(&self, node: &NodeName, reason: &str, clear_claim: bool) -> Result<(), SlurmError> {
+    fn drain(
+        &self,
+        node: &NodeName,
+        reason: &str,
+        stamp_ms: Option<u64>,
+    ) -> Result<(), SlurmError> {
         self.update(node, |i| {
             self.reasons.lock().unwrap()[i] = Some(reason.to_string());
-            if clear_claim {
-                self.comments.lock().unwrap()[i] = None;
+            if let Some(ms) = stamp_ms {
+                self.comments.lock().unwrap()[i] = Some(format!("gpu-health-drained:{ms}"));
             }
+        })
+    }
+    fn reboot(&self, node: &NodeName, reason: &str) -> Result<(), SlurmError> {
+        self.update(node, |i| {
+            self.reasons.lock().unwrap()[i] = Some(reason.to_string());
+            self.reboots.lock().unwrap().push(i);
         })
     }
     fn claim(&self, node: &NodeName, stamp_ms: u64, _: Duration) -> Result<(), SlurmError> {

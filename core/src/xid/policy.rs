@@ -267,3 +267,70 @@ fn recovery_target(message: &str) -> (PolicyAction, bool) {
         _ => (PolicyAction::Warn, false),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: EventKind, code: u32, message: &str) -> XidEvent {
+        XidEvent {
+            kind,
+            code,
+            fallen_off_bus: false,
+            pci: Some("0000:18:00.0".into()),
+            gpu: None,
+            gpu_instance: None,
+            uuid: None,
+            pid: None,
+            process: None,
+            message: message.into(),
+            time_ms: None,
+            monotonic_us: None,
+            seq: None,
+            forgeable: false,
+            count: 1,
+        }
+    }
+
+    fn xid(code: u32, message: &str) -> Remedy {
+        remedy(&event(EventKind::Xid, code, message))
+    }
+
+    #[test]
+    fn a_reboot_clears_what_nvidia_says_a_reset_or_reboot_clears() {
+        // Catalog: 79 restart the node, 119/120 reset the GPU.
+        for code in [79, 119, 120] {
+            assert_eq!(xid(code, ""), Remedy::Reboot, "Xid {code}");
+        }
+        // Restart the application, check mechanicals, workflows: a person.
+        for code in [13, 31, 48, 63, 74] {
+            assert_eq!(xid(code, ""), Remedy::Person, "Xid {code}");
+        }
+        let to = |a: &str| format!("GPU recovery action changed from 0x0 (None) to {a}");
+        for a in [
+            "0x1 (GPU Reset Required)",
+            "0x2 (Node Reboot Required)",
+            "0x4 (Drain and Reset)",
+            "(Node Reboot Required)",
+        ] {
+            assert_eq!(xid(154, &to(a)), Remedy::Reboot, "{a}");
+        }
+        for a in [
+            "0x0 (None)",
+            "0x3 (Drain P2P)",
+            "(None)",
+            "0x42 (Something New)",
+        ] {
+            assert_eq!(xid(154, &to(a)), Remedy::Person, "{a}");
+        }
+        assert_eq!(xid(154, "garbled"), Remedy::Person);
+        let fatal = event(
+            EventKind::Sxid,
+            24007,
+            "Fatal, Link 44 crumbstore ECC DBE Error",
+        );
+        let nonfatal = event(EventKind::Sxid, 12028, "Non-fatal, Link 32 PRIV error");
+        assert_eq!(remedy(&fatal), Remedy::Reboot);
+        assert_eq!(remedy(&nonfatal), Remedy::Person);
+    }
+}

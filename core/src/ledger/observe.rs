@@ -29,6 +29,9 @@ pub struct Observed {
     pub fresh: bool,
     /// Kinds of fault the return history escalated to `drain`.
     pub escalated: Vec<String>,
+    /// Kinds of fault back after `[remediation] max_reboots` reboots:
+    /// drained for hardware inspection.
+    pub inspected: Vec<String>,
 }
 
 /// The identity under which the mildest faults beyond [`MAX_FAULTS`] are
@@ -67,17 +70,25 @@ impl Ledger {
         if !fresh {
             self.let_quiet_faults_go(view.now_ms, cfg.quiet_ms());
         }
-        let escalated = draining
-            .iter()
-            .zip(findings.iter().filter(|f| f.action.drains()))
-            .filter(|(now, was)| now.action > was.action || now.remedy > was.remedy)
-            .map(|(now, _)| FaultId::of(now).kind())
-            .collect();
+        let changed = |graver: fn(&Finding, &Finding) -> bool| -> Vec<String> {
+            draining
+                .iter()
+                .zip(findings.iter().filter(|f| f.action.drains()))
+                .filter(|(now, was)| graver(now, was))
+                .map(|(now, _)| FaultId::of(now).kind())
+                .collect()
+        };
+        let escalated = changed(|now, was| now.action > was.action);
+        let inspected = changed(|now, was| now.remedy > was.remedy);
         for f in &draining {
             self.merge(f, view);
         }
         self.bound();
-        Observed { fresh, escalated }
+        Observed {
+            fresh,
+            escalated,
+            inspected,
+        }
     }
 
     /// A clock that jumped back must not leave anything stamped in the

@@ -159,6 +159,8 @@ impl Ledger {
             }
         }
         self.drain = None;
+        // In service: no reboot of ours stands.
+        self.reboot_asked = None;
         before - self.faults.len()
     }
 
@@ -210,8 +212,8 @@ impl Ledger {
 
     /// The node went back to service. An automatic return is remembered
     /// with the kinds of fault it ended (escalation counts them within
-    /// `window_ms`); an admin's resume starts the count over (someone
-    /// looked at the node).
+    /// `window_ms`); an admin's resume starts the counts of returns and
+    /// of reboots over (someone looked at the node).
     pub fn returned(&mut self, automatic: bool, now_ms: u64, window_ms: u64) {
         if automatic {
             let mut kinds: Vec<String> = self.faults.iter().map(|f| f.id.kind()).collect();
@@ -228,7 +230,10 @@ impl Ledger {
                 self.returns.drain(..excess);
             }
         } else {
+            // Someone looked at the node: the counts start over.
             self.returns.clear();
+            self.reboots.clear();
+            self.reboot_asked = None;
         }
         self.faults.clear();
         self.drain = None;

@@ -205,6 +205,26 @@ mod tests {
     }
 
     #[test]
+    fn an_admins_resume_starts_the_reboot_count_over() {
+        let cfg = on();
+        let mut l = Ledger::new("n1");
+        for round in 0..2 {
+            see(&mut l, &[xid(79, Remedy::Reboot)], round * HOUR, &cfg);
+            reboot_cycle(&mut l, &cfg, round * HOUR, &format!("b{round}"));
+        }
+        see(&mut l, &[xid(79, Remedy::Reboot)], 2 * HOUR, &cfg);
+        assert_eq!(l.faults[0].remedy, Remedy::Inspection);
+        l.returned(false, 3 * HOUR, HOUR);
+        assert!(l.reboots.is_empty() && l.reboot_asked.is_none());
+        see(&mut l, &[xid(79, Remedy::Reboot)], 4 * HOUR, &cfg);
+        assert!(l.reboot_wanted(&cfg, 4 * HOUR).is_some());
+        // Someone returned it with scontrol: no reboot of ours stands.
+        l.reboot_requested(4 * HOUR, "b9", vec!["Xid 79".into()]);
+        l.returned_by_someone(&[]);
+        assert!(l.reboot_asked.is_none());
+    }
+
+    #[test]
     fn a_new_boot_without_an_asked_reboot_changes_nothing() {
         let cfg = on();
         let mut l = Ledger::new("n1");

@@ -162,6 +162,15 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
             observed.escalated.join(", ")
         );
     }
+    if !observed.inspected.is_empty() {
+        log::error!(
+            "{} has a fault back after {} reboots or more within {} h: draining it for hardware inspection, no more reboots ({})",
+            ctx.node,
+            remediation.max_reboots,
+            remediation.window_hours,
+            observed.inspected.join(", ")
+        );
+    }
     if turn.loaded.ledger.claim_ms.is_some() {
         withdraw_left_claim(turn);
     }

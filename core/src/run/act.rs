@@ -137,7 +137,13 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
         .collect();
     let recovery = &ctx.config().recovery;
     let remediation = &ctx.config().remediation;
-    let boot_id = current_boot_id(ctx);
+    // Read only where reboots are on or one was asked: with the default
+    // configuration a run does what it did before.
+    let boot_id = if remediation.reboot || turn.loaded.ledger.reboot_asked.is_some() {
+        current_boot_id(ctx)
+    } else {
+        String::new()
+    };
     if turn
         .loaded
         .ledger
@@ -174,11 +180,11 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
     if turn.loaded.ledger.claim_ms.is_some() {
         withdraw_left_claim(turn);
     }
-    let reboot = turn
-        .loaded
-        .ledger
-        .reboot_wanted(remediation, view.now_ms)
-        .filter(|_| ctx.config_ok());
+    let wanted = |l: &Ledger| {
+        l.reboot_wanted(remediation, view.now_ms)
+            .filter(|_| ctx.config_ok())
+    };
+    let mut reboot = wanted(&turn.loaded.ledger);
     let mut plan = turn
         .loaded
         .ledger
@@ -217,6 +223,7 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
                             ", the ones found again drain it again".to_string()
                         }
                     );
+                    reboot = wanted(&turn.loaded.ledger);
                     plan = turn
                         .loaded
                         .ledger

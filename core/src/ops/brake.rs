@@ -11,7 +11,8 @@
 //!    and reads the node table once;
 //! 3. [`rank`]: its place is the number of gpu-health drains in scope plus
 //!    the live claims that came before its own (by stamp, then name). Below
-//!    the allowed count it drains, clearing the claim in the same update;
+//!    the allowed count it drains, replacing the claim by the drain's time
+//!    stamp (`gpu-health-drained:<ms>`) in the same update;
 //!    otherwise it withdraws the claim and stays in service.
 //!
 //! Why the bound holds by construction: every claim that ranks before

@@ -15,7 +15,10 @@
 //! 5. no pid or process name reaches a reason, a verdict or the ledger,
 //!    and none decides anything (one fault per GPU and code);
 //! 6. a job starts beside an open draining fault only because the brake
-//!    held the drain back, never because Slurm failed.
+//!    held the drain back, never because Slurm failed;
+//! 7. with `[remediation] reboot = true`, a reboot (`Step::Reboot`: a new
+//!    boot id, Slurm's `nextstate=RESUME`) is asked only while every open
+//!    fault is one a reboot clears, and only of a node gpu-health drained.
 //!
 //! `PROPTEST_CASES` sets the number of cases (default 48).
 

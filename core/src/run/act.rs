@@ -217,7 +217,7 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
                         "{} is back in service although gpu-health drained it: someone returned it; \
                          {answered} fault(s) it had are taken as answered{}",
                         ctx.node,
-                        if turn.loaded.ledger.faults.is_empty() {
+                        if turn.loaded.ledger.open_faults().next().is_none() {
                             String::new()
                         } else {
                             ", the ones found again drain it again".to_string()
@@ -265,8 +265,7 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
         let summaries: Vec<String> = turn
             .loaded
             .ledger
-            .faults
-            .iter()
+            .open_faults()
             .map(|f| f.summary.clone())
             .collect();
         log::error!(

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gpu_health_core::finding::Remedy;
 use gpu_health_core::ids::NodeName;
 use gpu_health_core::ledger::Ledger;
 use gpu_health_core::records::JobMeta;
@@ -176,6 +177,22 @@ impl World {
     }
 
     pub fn apply(&mut self, s: &Step) -> Result<(), TestCaseError> {
+        let reboots_before = self.slurm.reboots.lock().unwrap().len();
+        self.apply_step(s)?;
+        // 7. A reboot is asked only for faults a reboot clears.
+        let asked = self.slurm.reboots.lock().unwrap().len() > reboots_before;
+        if let (true, Some(l)) = (asked && !matches!(s, Step::Concurrent), self.ledger()) {
+            if l.reboot_asked.is_some() {
+                prop_assert!(
+                    l.open_faults().all(|f| f.remedy == Remedy::Reboot),
+                    "a reboot asked beside a fault that needs a person: {l:?}"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_step(&mut self, s: &Step) -> Result<(), TestCaseError> {
         match s {
             Step::Xid {
                 code,
@@ -389,10 +406,14 @@ impl World {
         }
         self.boots += 1;
         std::fs::write(self.path("boot_id"), format!("boot-{}\n", self.boots)).unwrap();
+        // (A fault that needs a person, found after the reboot was asked,
+        // gives the reason its kind; the ledger drains it again after.)
         let reason = self.slurm.reasons.lock().unwrap()[0].take();
         assert!(
-            reason.as_deref().is_some_and(|r| r.ends_with(" (reboot)")),
-            "a reboot of a node not drained for one: {reason:?}"
+            reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("gpu-health: ")),
+            "a reboot of a node gpu-health did not drain: {reason:?}"
         );
         let Some(ledger) = self.ledger() else { return };
         let cursor = self.cursor_offset();

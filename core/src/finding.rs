@@ -48,6 +48,40 @@ impl std::fmt::Display for Action {
     }
 }
 
+/// What clears a fault, as NVIDIA's catalog and the driver say: a node
+/// reboot (which resets every GPU), or a person. Only the remediation
+/// policy (`[remediation]`) reads it; a fault no one marked needs a
+/// person. Ordered by how much it asks of people: where two findings of
+/// one fault disagree, the greater stands.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Remedy {
+    /// A GPU reset or a node reboot clears it.
+    Reboot,
+    /// An admin has to look (replace, reseat, update, decide).
+    #[default]
+    Person,
+    /// It came back after as many reboots as the policy allows: the
+    /// hardware needs inspection (`[remediation] max_reboots`).
+    Inspection,
+}
+
+impl Remedy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Remedy::Reboot => "reboot",
+            Remedy::Person => "person",
+            Remedy::Inspection => "hardware inspection",
+        }
+    }
+
+    pub fn is_person(&self) -> bool {
+        *self == Remedy::Person
+    }
+}
+
 /// One conclusion of one check.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finding {
@@ -76,9 +110,18 @@ pub struct Finding {
     /// drains (`xid.syslog_may_drain`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub forgeable: bool,
+    /// What clears the fault.
+    #[serde(default, skip_serializing_if = "Remedy::is_person")]
+    pub remedy: Remedy,
 }
 
 impl Finding {
+    /// The same finding, cleared by `remedy`.
+    pub fn with_remedy(mut self, remedy: Remedy) -> Self {
+        self.remedy = remedy;
+        self
+    }
+
     /// The node's log line: check, message and, there only, the culprit.
     pub fn log_line(&self) -> String {
         match &self.culprit {
@@ -98,6 +141,7 @@ impl Finding {
             culprit: None,
             code: None,
             forgeable: false,
+            remedy: Remedy::Person,
         }
     }
 
@@ -119,6 +163,7 @@ impl Finding {
             culprit: None,
             code: None,
             forgeable: false,
+            remedy: Remedy::Person,
         }
     }
 }
@@ -139,9 +184,18 @@ pub const MAX_REASON_LEN: usize = 200;
 /// The kind is the gravest among the draining findings, so an admin sees
 /// whether to wait for an automatic return or to act.
 pub fn drain_reason(findings: &[Finding]) -> Option<String> {
+    drain_reason_marked(findings, None)
+}
+
+/// [`drain_reason`] ending in `mark` ([`REBOOT_MARK`], [`INSPECTION_MARK`])
+/// instead of the kind, when given.
+pub fn drain_reason_marked(findings: &[Finding], mark: Option<&str>) -> Option<String> {
     let draining: Vec<&Finding> = findings.iter().filter(|f| f.action.drains()).collect();
     let kind = draining.iter().map(|f| f.action).max()?;
-    let suffix = format!(" ({})", kind.as_str());
+    let suffix = match mark {
+        Some(m) => m.to_string(),
+        None => format!(" ({})", kind.as_str()),
+    };
     // Room for the summaries, keeping space for "; +NN more".
     let room = MAX_REASON_LEN - REASON_PREFIX.len() - 1 - suffix.len();
     let more_room = room - "; +99 more".len();
@@ -197,11 +251,20 @@ pub fn is_own_reason(reason: &str) -> bool {
     reason.trim_start().starts_with(REASON_PREFIX)
 }
 
-/// The kind marks a gpu-health reason ends with, gravest first.
-const KIND_MARKS: [(&str, Action); 2] = [
+/// The kind marks a gpu-health reason ends with: the action, or for a
+/// `drain` what follows it (a reboot asked of Slurm, hardware
+/// inspection).
+const KIND_MARKS: [(&str, Action); 4] = [
     (" (drain-until-clean)", Action::DrainUntilClean),
     (" (drain)", Action::Drain),
+    (REBOOT_MARK, Action::Drain),
+    (INSPECTION_MARK, Action::Drain),
 ];
+
+/// The end of the reason of a drain that asked Slurm to reboot the node.
+pub const REBOOT_MARK: &str = " (reboot)";
+/// The end of the reason of a drain for hardware inspection.
+pub const INSPECTION_MARK: &str = " (hardware inspection)";
 
 /// gpu-health's part of a node reason (what it wrote, without what Slurm
 /// appended after it) and the kind of drain it names; `None` for a reason

@@ -48,6 +48,11 @@ pub enum SlurmError {
 /// claiming node's clock) follows.
 pub const CLAIM_PREFIX: &str = "gpu-health-claim:";
 
+/// What the Comment of a node gpu-health drained through the brake
+/// starts with; the drain's time (unix ms of the draining node's clock)
+/// follows. The brake's time window counts these (`ops::brake`).
+pub const DRAINED_PREFIX: &str = "gpu-health-drained:";
+
 /// Output kept from an update (it prints nothing when it works).
 const MAX_OUTPUT: usize = 64 << 10;
 
@@ -90,26 +95,40 @@ impl<'a> Scontrol<'a> {
     }
 
     /// Drain `node` with `reason` (which must be one of ours). With
-    /// `clear_claim` the same update clears the brake's claim (the node's
-    /// Comment, see [`Scontrol::claim`]): claim and drain never coexist.
+    /// `stamp_ms` the same update replaces the brake's claim (the node's
+    /// Comment, see [`Scontrol::claim`]) by the drain's time stamp
+    /// ([`DRAINED_PREFIX`]): claim and drain never coexist.
     pub fn drain(
         &self,
         node: &NodeName,
         reason: &str,
-        clear_claim: bool,
+        stamp_ms: Option<u64>,
     ) -> Result<(), SlurmError> {
-        if !is_own_reason(reason) || reason.contains(['\n', '\r']) {
-            return Err(SlurmError::BadArgument {
-                what: "reason",
-                value: reason.to_string(),
-            });
-        }
+        check_reason(reason)?;
         let node_arg = format!("NodeName={node}");
         let reason_arg = format!("Reason={reason}");
+        let comment_arg = stamp_ms.map(|ms| format!("Comment={DRAINED_PREFIX}{ms}"));
         let mut args = vec!["update", &node_arg, "State=DRAIN", &reason_arg];
-        if clear_claim {
-            args.push("Comment=");
+        if let Some(c) = &comment_arg {
+            args.push(c);
         }
+        self.run(&args).map(drop)
+    }
+
+    /// Ask Slurm to reboot `node` once its jobs are done and to return
+    /// it to service after (`scontrol reboot ASAP nextstate=RESUME
+    /// reason=... node`); Slurm keeps it drained until then. `reason`
+    /// must be one of ours.
+    pub fn reboot(&self, node: &NodeName, reason: &str) -> Result<(), SlurmError> {
+        check_reason(reason)?;
+        let reason_arg = format!("reason={reason}");
+        let args = [
+            "reboot",
+            "ASAP",
+            "nextstate=RESUME",
+            &reason_arg,
+            node.as_str(),
+        ];
         self.run(&args).map(drop)
     }
 
@@ -265,6 +284,18 @@ impl<'a> Scontrol<'a> {
             stderr: stderr.trim().chars().take(500).collect(),
         }
     }
+}
+
+/// A reason gpu-health gives Slurm: one of ours, one line, within
+/// Slurm's bound.
+fn check_reason(reason: &str) -> Result<(), SlurmError> {
+    if !is_own_reason(reason) || reason.contains(['\n', '\r']) || reason.len() > 255 {
+        return Err(SlurmError::BadArgument {
+            what: "reason",
+            value: reason.to_string(),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -465,14 +496,58 @@ mod tests {
     fn refuses_foreign_reasons() {
         let s = Scontrol::new(Path::new("/bin/true"), Duration::from_secs(2));
         assert!(matches!(
-            s.drain(&node("n1"), "admin: x", false),
+            s.drain(&node("n1"), "admin: x", None),
             Err(SlurmError::BadArgument { .. })
         ));
         assert!(matches!(
-            s.drain(&node("n1"), "gpu-health: x\nNodeName=n2", true),
+            s.drain(&node("n1"), "gpu-health: x\nNodeName=n2", Some(1)),
             Err(SlurmError::BadArgument { .. })
         ));
-        assert!(s.drain(&node("n1"), "gpu-health: x (drain)", true).is_ok());
+        assert!(s
+            .drain(&node("n1"), "gpu-health: x (drain)", Some(1))
+            .is_ok());
+        assert!(matches!(
+            s.reboot(&node("n1"), "admin: x"),
+            Err(SlurmError::BadArgument { .. })
+        ));
+        let long = format!("gpu-health: {}", "x".repeat(250));
+        assert!(matches!(
+            s.reboot(&node("n1"), &long),
+            Err(SlurmError::BadArgument { .. })
+        ));
+    }
+
+    #[test]
+    fn drain_stamps_and_reboot_asks_asap_with_the_reason_as_one_word() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("args");
+        let program = stand_in(
+            dir.path(),
+            &format!(
+                "printf '%s|' \"$@\" >> {}; echo >> {}",
+                log.display(),
+                log.display()
+            ),
+        );
+        let s = Scontrol::new(&program, Duration::from_secs(5));
+        let n = node("n1");
+        s.drain(
+            &n,
+            "gpu-health: Xid 79 GPU3 (reboot)",
+            Some(1_764_590_000_123),
+        )
+        .unwrap();
+        s.reboot(&n, "gpu-health: Xid 79 GPU3 (reboot)").unwrap();
+        let calls = std::fs::read_to_string(&log).unwrap();
+        let calls: Vec<&str> = calls.lines().collect();
+        assert_eq!(
+            calls,
+            [
+                "update|NodeName=n1|State=DRAIN|Reason=gpu-health: Xid 79 GPU3 (reboot)|\
+                 Comment=gpu-health-drained:1764590000123|",
+                "reboot|ASAP|nextstate=RESUME|reason=gpu-health: Xid 79 GPU3 (reboot)|n1|",
+            ]
+        );
     }
 
     #[test]

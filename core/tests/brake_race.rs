@@ -75,6 +75,7 @@ impl Cluster {
                     reason_time: None,
                     partitions: vec!["main".to_string()],
                     claim_ms: self.claims[i],
+                    drained_ms: None,
                 }
             })
             .collect()

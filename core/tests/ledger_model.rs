@@ -15,7 +15,10 @@
 //! 5. no pid or process name reaches a reason, a verdict or the ledger,
 //!    and none decides anything (one fault per GPU and code);
 //! 6. a job starts beside an open draining fault only because the brake
-//!    held the drain back, never because Slurm failed.
+//!    held the drain back, never because Slurm failed;
+//! 7. with `[remediation] reboot = true`, a reboot (`Step::Reboot`: a new
+//!    boot id, Slurm's `nextstate=RESUME`) is asked only while every open
+//!    fault is one a reboot clears, and only of a node gpu-health drained.
 //!
 //! `PROPTEST_CASES` sets the number of cases (default 48).
 
@@ -59,6 +62,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (1..6usize, any::<bool>()).prop_map(|(at, applied)| Step::Kill(Kill { at, applied })),
         1 => Just(Step::TurnTaken),
         1 => Just(Step::Concurrent),
+        2 => Just(Step::Reboot),
     ]
 }
 
@@ -159,4 +163,52 @@ fn the_cases_that_broke_the_files_before_the_ledger() {
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// Issue 26 through the model: an Xid 79 drains and asks a reboot; the
+/// reboot (a new boot id) clears it; back after two reboots it stays
+/// drained for hardware inspection, no third reboot; a fault that needs
+/// a person beside it gets no reboot.
+#[test]
+fn a_reboot_fault_is_rebooted_twice_then_inspected() {
+    let xid = |code, gpu, pid| Step::Xid {
+        code,
+        gpu,
+        pid,
+        name: pid % 1000,
+    };
+    let mut w = World::new(0);
+    for round in 1..=2usize {
+        w.apply(&xid(79, 3, 2210)).unwrap();
+        w.apply(&Step::HealthCheck).unwrap();
+        let reason = w.slurm.reason().unwrap_or_default();
+        assert!(reason.ends_with(" (reboot)"), "round {round}: {reason}");
+        assert_eq!(w.slurm.reboots.lock().unwrap().len(), round);
+        // A second look before the reboot asks nothing more.
+        w.apply(&Step::HealthCheck).unwrap();
+        assert_eq!(w.slurm.reboots.lock().unwrap().len(), round);
+        w.apply(&Step::Reboot).unwrap();
+        w.apply(&Step::HealthCheck).unwrap();
+        assert_eq!(
+            w.slurm.reason(),
+            None,
+            "round {round}: cleared by the reboot"
+        );
+        let l = w.ledger().unwrap();
+        assert!(l.faults.iter().all(|f| f.rebooted()), "{l:?}");
+        assert_eq!(l.reboots.len(), round);
+    }
+    w.apply(&xid(79, 3, 2211)).unwrap();
+    w.apply(&Step::HealthCheck).unwrap();
+    let reason = w.slurm.reason().unwrap_or_default();
+    assert!(reason.ends_with(" (hardware inspection)"), "{reason}");
+    assert_eq!(w.slurm.reboots.lock().unwrap().len(), 2);
+    // A person's fault beside a reboot fault: drained, no reboot.
+    let mut p = World::new(0);
+    p.apply(&xid(48, 0, 2212)).unwrap();
+    p.apply(&xid(79, 3, 2213)).unwrap();
+    p.apply(&Step::HealthCheck).unwrap();
+    let reason = p.slurm.reason().unwrap_or_default();
+    assert!(reason.ends_with(" (drain)"), "{reason}");
+    assert!(p.slurm.reboots.lock().unwrap().is_empty());
 }

@@ -13,6 +13,7 @@ mod keys;
 mod load;
 pub mod place;
 mod power;
+mod remediation;
 mod sections;
 mod xid;
 
@@ -29,6 +30,7 @@ pub use load::{
 pub use power::{
     check_racks, expand as expand_node_range, PowerSection, Rack, RackConfig, MAX_POWER_NODES,
 };
+pub use remediation::RemediationConfig;
 pub use sections::{
     parse_port_name, BrakeConfig, BrakeScope, DcgmConfig, PortAction, RdmaConfig, RecoveryConfig,
     StepEndConfig, BRAKE_DECIDE_RESERVE_MS,
@@ -88,6 +90,8 @@ pub struct Config {
     pub brake: BrakeConfig,
     /// Automatic return of drain-until-clean drains.
     pub recovery: RecoveryConfig,
+    /// Reboots through Slurm for faults a reboot clears.
+    pub remediation: RemediationConfig,
     /// `dcgmi diag` tier.
     pub dcgm: DcgmConfig,
     /// RDMA ports the node must have up.
@@ -155,6 +159,7 @@ impl Default for Config {
             xid: XidConfig::default(),
             brake: BrakeConfig::default(),
             recovery: RecoveryConfig::default(),
+            remediation: RemediationConfig::default(),
             dcgm: DcgmConfig::default(),
             rdma: RdmaConfig::default(),
             power: PowerSection::default(),
@@ -238,6 +243,7 @@ impl Config {
         push(self.xid.validate());
         push(self.brake.validate());
         push(self.recovery.validate());
+        push(self.remediation.validate());
         push(self.dcgm.validate());
         push(self.rdma.validate());
         push(self.step_end.validate());

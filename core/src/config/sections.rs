@@ -44,6 +44,14 @@ pub struct BrakeConfig {
     /// The brake's claim must reach slurmctld this soon, or the node gives
     /// up; the look waits this plus `settle_ms` after the claim.
     pub claim_timeout_ms: u64,
+    /// At most this many gpu-health drains (reboots included) in scope at
+    /// once, whatever the share allows (0: no cap).
+    pub max_drained: u32,
+    /// The brake in time: of the nodes in scope, at most
+    /// `max_window_fraction` may have been drained (or rebooted) by
+    /// gpu-health within the last `window_minutes`, returned or not.
+    pub window_minutes: u64,
+    pub max_window_fraction: f64,
 }
 
 impl Default for BrakeConfig {
@@ -55,6 +63,9 @@ impl Default for BrakeConfig {
             scope: BrakeScope::Partition,
             settle_ms: 500,
             claim_timeout_ms: 1_000,
+            max_drained: 0,
+            window_minutes: 5,
+            max_window_fraction: 0.5,
         }
     }
 }
@@ -63,7 +74,14 @@ impl BrakeConfig {
     pub fn validate(&self) -> Result<(), String> {
         check("brake.max_drained_fraction", self.max_drained_fraction)?;
         check("brake.settle_ms", self.settle_ms as f64)?;
-        check("brake.claim_timeout_ms", self.claim_timeout_ms as f64)
+        check("brake.claim_timeout_ms", self.claim_timeout_ms as f64)?;
+        check("brake.max_drained", f64::from(self.max_drained))?;
+        check("brake.window_minutes", self.window_minutes as f64)?;
+        check("brake.max_window_fraction", self.max_window_fraction)
+    }
+
+    pub fn window_ms(&self) -> u64 {
+        self.window_minutes.saturating_mul(60_000)
     }
 }
 

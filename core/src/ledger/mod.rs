@@ -27,11 +27,12 @@
 
 mod observe;
 mod plan;
+mod reboot;
 pub mod store;
 
 use serde::{Deserialize, Serialize};
 
-use crate::finding::{Action, Finding};
+use crate::finding::{Action, Finding, Remedy};
 
 pub use observe::{Observed, RunView};
 pub use plan::{Plan, Recorded, ReturnDecision};
@@ -43,6 +44,8 @@ pub const LEDGER_VERSION: u32 = 1;
 pub const MAX_FAULTS: usize = 256;
 /// Automatic returns kept at most (far more than any threshold needs).
 pub const MAX_RETURNS: usize = 64;
+/// Reboots kept at most (`remediation.max_reboots` is at most 100).
+pub const MAX_REBOOTS: usize = 128;
 /// A summary is part of a drain reason (at most 200 bytes in all).
 const MAX_SUMMARY: usize = 200;
 const MAX_MESSAGE: usize = 2048;
@@ -141,6 +144,11 @@ pub enum Handling {
     Drained { at_ms: u64 },
     /// Not acted on yet; every later run that may drain tries again.
     Pending { cause: PendingCause, since_ms: u64 },
+    /// The reboot gpu-health asked for it happened and the new boot did
+    /// not find it again: the node returns once it proves itself (a
+    /// clean check, DCGM and the acceptance gates). Found again, it is
+    /// new again.
+    Rebooted { at_ms: u64 },
 }
 
 /// One open fault.
@@ -163,6 +171,9 @@ pub struct Fault {
     /// run with a good configuration, which reads the same records again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub provisional: bool,
+    /// What clears it (the greatest any of its findings asked for).
+    #[serde(default, skip_serializing_if = "Remedy::is_person")]
+    pub remedy: Remedy,
 }
 
 impl Fault {
@@ -178,11 +189,17 @@ impl Fault {
             culprit: None,
             code: self.id.code,
             forgeable: false,
+            remedy: self.remedy,
         }
     }
 
     pub fn drained(&self) -> bool {
         matches!(self.handling, Handling::Drained { .. })
+    }
+
+    /// Cleared by a reboot gpu-health asked for; waiting for the proof.
+    pub fn rebooted(&self) -> bool {
+        matches!(self.handling, Handling::Rebooted { .. })
     }
 }
 
@@ -205,6 +222,24 @@ pub struct Held {
     pub cause: PendingCause,
     pub why: String,
     pub at_ms: u64,
+}
+
+/// A reboot gpu-health asked Slurm for and has not seen happen yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebootAsked {
+    pub at_ms: u64,
+    /// The boot it was asked in: another boot id means it happened.
+    pub boot_id: String,
+    /// The kinds of fault ([`FaultId::kind`]) it was asked for.
+    pub kinds: Vec<String>,
+}
+
+/// A reboot that happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebootDone {
+    /// When it was asked for.
+    pub at_ms: u64,
+    pub kinds: Vec<String>,
 }
 
 /// One automatic return.
@@ -235,6 +270,12 @@ pub struct Ledger {
     pub claim_ms: Option<u64>,
     #[serde(default)]
     pub returns: Vec<AutoReturn>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reboot_asked: Option<RebootAsked>,
+    /// Reboots within `[remediation] window_hours`, oldest first: after
+    /// `max_reboots` for one kind the node goes to hardware inspection.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reboots: Vec<RebootDone>,
 }
 
 impl Ledger {
@@ -247,6 +288,8 @@ impl Ledger {
             held: None,
             claim_ms: None,
             returns: Vec::new(),
+            reboot_asked: None,
+            reboots: Vec::new(),
         }
     }
 
@@ -258,11 +301,18 @@ impl Ledger {
             && self.held.is_none()
             && self.claim_ms.is_none()
             && self.returns.is_empty()
+            && self.reboot_asked.is_none()
+            && self.reboots.is_empty()
     }
 
     /// The gravest open action, if any.
     pub fn gravest(&self) -> Option<Action> {
-        self.faults.iter().map(|f| f.action).max()
+        self.open_faults().map(|f| f.action).max()
+    }
+
+    /// The faults that stand (not cleared by a reboot since).
+    pub fn open_faults(&self) -> impl Iterator<Item = &Fault> {
+        self.faults.iter().filter(|f| !f.rebooted())
     }
 
     pub fn fault(&self, id: &FaultId) -> Option<&Fault> {
@@ -273,9 +323,20 @@ impl Ledger {
     /// the order of the drain reason, so that a cut reason keeps the
     /// gravest.
     pub fn findings(&self) -> Vec<Finding> {
-        let mut open: Vec<&Fault> = self.faults.iter().collect();
+        let mut open: Vec<&Fault> = self.open_faults().collect();
         open.sort_by_key(|f| (std::cmp::Reverse(f.action), f.first_ms));
         open.into_iter().map(Fault::finding).collect()
+    }
+
+    /// Reboots that happened for faults of `kind` within `window_ms`
+    /// before `now_ms` (one asked and not seen happen yet is not one:
+    /// the fault found again before it is the same occurrence).
+    pub fn reboots_for(&self, kind: &str, now_ms: u64, window_ms: u64) -> usize {
+        let from = now_ms.saturating_sub(window_ms);
+        self.reboots
+            .iter()
+            .filter(|r| r.at_ms >= from && r.kinds.iter().any(|k| k == kind))
+            .count()
     }
 
     /// Returns for faults of `kind` within `window_ms` before `now_ms`.

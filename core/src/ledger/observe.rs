@@ -2,8 +2,8 @@
 //! faults that stand no more let go, each draining finding merged into
 //! its fault (gravest action sticks), escalation, and the bound.
 
-use crate::config::RecoveryConfig;
-use crate::finding::{Action, Finding};
+use crate::config::{RecoveryConfig, RemediationConfig};
+use crate::finding::{Action, Finding, Remedy};
 
 use super::{capped, Fault, FaultId, Handling, Ledger, Source, MAX_FAULTS, MAX_MESSAGE};
 use super::{MAX_RETURNS, MAX_SUMMARY, MAX_WHY};
@@ -29,6 +29,9 @@ pub struct Observed {
     pub fresh: bool,
     /// Kinds of fault the return history escalated to `drain`.
     pub escalated: Vec<String>,
+    /// Kinds of fault back after `[remediation] max_reboots` reboots:
+    /// drained for hardware inspection.
+    pub inspected: Vec<String>,
 }
 
 /// The identity under which the mildest faults beyond [`MAX_FAULTS`] are
@@ -49,6 +52,7 @@ impl Ledger {
         findings: &[Finding],
         view: &RunView,
         cfg: &RecoveryConfig,
+        remediation: &RemediationConfig,
     ) -> Observed {
         self.keep_clock_honest(view.now_ms);
         if view.config_ok && view.scans_kernel_log {
@@ -60,22 +64,31 @@ impl Ledger {
             .iter()
             .filter(|f| f.action.drains())
             .map(|f| self.escalated(f, cfg, view.now_ms))
+            .map(|f| self.inspected(f, remediation, view.now_ms))
             .collect();
         let fresh = !draining.is_empty();
         if !fresh {
             self.let_quiet_faults_go(view.now_ms, cfg.quiet_ms());
         }
-        let escalated = draining
-            .iter()
-            .zip(findings.iter().filter(|f| f.action.drains()))
-            .filter(|(now, was)| now.action > was.action)
-            .map(|(now, _)| FaultId::of(now).kind())
-            .collect();
+        let changed = |graver: fn(&Finding, &Finding) -> bool| -> Vec<String> {
+            draining
+                .iter()
+                .zip(findings.iter().filter(|f| f.action.drains()))
+                .filter(|(now, was)| graver(now, was))
+                .map(|(now, _)| FaultId::of(now).kind())
+                .collect()
+        };
+        let escalated = changed(|now, was| now.action > was.action);
+        let inspected = changed(|now, was| now.remedy > was.remedy);
         for f in &draining {
             self.merge(f, view);
         }
         self.bound();
-        Observed { fresh, escalated }
+        Observed {
+            fresh,
+            escalated,
+            inspected,
+        }
     }
 
     /// A clock that jumped back must not leave anything stamped in the
@@ -89,6 +102,7 @@ impl Ledger {
             match &mut f.handling {
                 Handling::Drained { at_ms } => clamp(at_ms),
                 Handling::Pending { since_ms, .. } => clamp(since_ms),
+                Handling::Rebooted { at_ms } => clamp(at_ms),
                 Handling::New => {}
             }
         }
@@ -105,16 +119,24 @@ impl Ledger {
         for r in &mut self.returns {
             clamp(&mut r.at_ms);
         }
+        for r in &mut self.reboots {
+            clamp(&mut r.at_ms);
+        }
+        if let Some(r) = &mut self.reboot_asked {
+            clamp(&mut r.at_ms);
+        }
     }
 
     /// Pending `drain-until-clean` faults stand until the node was quiet
     /// for `quiet_ms` after they were last found, as such a drain would;
     /// `drain` faults and drained faults stay (the automatic return and
-    /// `gpu-health resume` end those).
+    /// `gpu-health resume` end those). A fault a reboot cleared goes
+    /// once quiet as long (its reboots stay counted in `reboots`).
     fn let_quiet_faults_go(&mut self, now_ms: u64, quiet_ms: u64) {
         self.faults.retain(|f| {
             let quiet = now_ms.saturating_sub(f.last_ms) >= quiet_ms;
-            !(quiet && f.action == Action::DrainUntilClean && !f.drained())
+            let goes = f.rebooted() || (f.action == Action::DrainUntilClean && !f.drained());
+            !(quiet && goes)
         });
     }
 
@@ -141,7 +163,31 @@ impl Ledger {
         f
     }
 
-    /// One finding into its fault: the gravest action sticks with its
+    /// A fault a reboot clears that came back after `max_reboots` reboots
+    /// for its kind within the window goes to hardware inspection:
+    /// `drain`, no more reboots.
+    fn inspected(&self, mut f: Finding, cfg: &RemediationConfig, now_ms: u64) -> Finding {
+        if !cfg.reboot || f.remedy != Remedy::Reboot {
+            return f;
+        }
+        let kind = FaultId::of(&f).kind();
+        let reboots = self.reboots_for(&kind, now_ms, cfg.window_ms());
+        if reboots < cfg.max_reboots as usize {
+            return f;
+        }
+        let h = cfg.window_hours;
+        f.action = Action::Drain;
+        f.remedy = Remedy::Inspection;
+        f.summary = format!("{}, back after {reboots} reboots in {h} h", f.summary);
+        f.message.push_str(&format!(
+            "; it came back after {reboots} reboots within {h} h: the hardware needs inspection, \
+             no more reboots (remediation.max_reboots = {})",
+            cfg.max_reboots
+        ));
+        f
+    }
+
+    /// One finding into its fault: the gravest action (and remedy) sticks with its
     /// text (the first finding's, among equals: the one that says where
     /// the fault was first seen, e.g. during which job); a milder one
     /// only says the fault was seen again.
@@ -150,13 +196,20 @@ impl Ledger {
         let now = view.now_ms;
         match self.faults.iter_mut().find(|e| e.id == id) {
             Some(e) => {
-                if f.action > e.action {
-                    e.action = f.action;
+                // A graver action, or a graver remedy (hardware
+                // inspection after reboots), brings its text.
+                if f.action > e.action || f.remedy > e.remedy {
+                    e.action = e.action.max(f.action);
                     e.summary = capped(&f.summary, MAX_SUMMARY);
                     e.message = capped(&f.message, MAX_MESSAGE);
                 }
                 if e.pci.is_none() {
                     e.pci = f.pci.clone();
+                }
+                e.remedy = e.remedy.max(f.remedy);
+                // Back after the reboot that was to clear it.
+                if e.rebooted() {
+                    e.handling = Handling::New;
                 }
                 e.last_ms = now;
                 // Found again by a run that could judge it.
@@ -175,6 +228,7 @@ impl Ledger {
                 last_ms: now,
                 handling: Handling::New,
                 provisional: !view.config_ok,
+                remedy: f.remedy,
             }),
         }
     }
@@ -213,6 +267,7 @@ impl Ledger {
             .map_or(Source::Imported, |f| f.source);
         let first_ms = folded.iter().map(|f| f.first_ms).min().unwrap_or(0);
         let last_ms = folded.iter().map(|f| f.last_ms).max().unwrap_or(0);
+        let remedy = folded.iter().map(|f| f.remedy).max().unwrap_or_default();
         // Drained only when every folded fault was.
         let handling = folded
             .iter()
@@ -233,6 +288,7 @@ impl Ledger {
             last_ms,
             handling,
             provisional: false,
+            remedy,
         });
     }
 }

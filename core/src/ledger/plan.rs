@@ -2,7 +2,7 @@
 //! Pure: `run::act` does the talking to Slurm in between.
 
 use crate::config::RecoveryConfig;
-use crate::finding::{drain_reason, Action};
+use crate::finding::{drain_reason_marked, Action};
 
 use super::{capped, AutoReturn, DrainMark, FaultId, Handling, Held, Ledger, PendingCause};
 use super::{MAX_RETURNS, MAX_WHY};
@@ -53,7 +53,13 @@ pub enum ReturnDecision {
 impl Ledger {
     /// Pure: what to do about the open faults.
     pub fn plan(&self, config_ok: bool) -> Plan {
-        let Some(reason) = drain_reason(&self.findings()) else {
+        self.plan_marked(config_ok, false)
+    }
+
+    /// [`Ledger::plan`]; `reboot`: the drain is to be followed by a
+    /// reboot (`Ledger::reboot_wanted`), its reason says so.
+    pub fn plan_marked(&self, config_ok: bool, reboot: bool) -> Plan {
+        let Some(reason) = drain_reason_marked(&self.findings(), self.reason_mark(reboot)) else {
             return Plan::Quiet;
         };
         if !config_ok {
@@ -85,7 +91,7 @@ impl Ledger {
             Recorded::Nothing => {}
             Recorded::Drained { reason } => {
                 for f in &mut self.faults {
-                    if !f.drained() {
+                    if !f.drained() && !f.rebooted() {
                         f.handling = Handling::Drained { at_ms: now_ms };
                     }
                 }
@@ -112,6 +118,7 @@ impl Ledger {
                 for f in &mut self.faults {
                     f.handling = match f.handling {
                         Handling::Drained { .. } if !ours_gone => continue,
+                        Handling::Rebooted { .. } => continue,
                         Handling::Pending { since_ms, .. } => Handling::Pending {
                             cause: *cause,
                             since_ms,
@@ -129,10 +136,10 @@ impl Ledger {
                 });
             }
         }
-        if !self.faults.iter().any(|f| !f.drained()) {
+        if !self.open_faults().any(|f| !f.drained()) {
             self.held = None;
         }
-        if self.faults.is_empty() {
+        if self.open_faults().next().is_none() {
             self.drain = None;
         }
     }
@@ -152,6 +159,8 @@ impl Ledger {
             }
         }
         self.drain = None;
+        // In service: no reboot of ours stands.
+        self.reboot_asked = None;
         before - self.faults.len()
     }
 
@@ -171,7 +180,7 @@ impl Ledger {
                 "gpu-health has no drain of this node on record".into(),
             );
         };
-        if let Some(f) = self.faults.iter().find(|f| f.action == Action::Drain) {
+        if let Some(f) = self.open_faults().find(|f| f.action == Action::Drain) {
             return ReturnDecision::NotOurs(format!(
                 "{} calls for (drain): it stays until an admin runs 'gpu-health resume'",
                 f.summary
@@ -203,8 +212,8 @@ impl Ledger {
 
     /// The node went back to service. An automatic return is remembered
     /// with the kinds of fault it ended (escalation counts them within
-    /// `window_ms`); an admin's resume starts the count over (someone
-    /// looked at the node).
+    /// `window_ms`); an admin's resume starts the counts of returns and
+    /// of reboots over (someone looked at the node).
     pub fn returned(&mut self, automatic: bool, now_ms: u64, window_ms: u64) {
         if automatic {
             let mut kinds: Vec<String> = self.faults.iter().map(|f| f.id.kind()).collect();
@@ -221,7 +230,10 @@ impl Ledger {
                 self.returns.drain(..excess);
             }
         } else {
+            // Someone looked at the node: the counts start over.
             self.returns.clear();
+            self.reboots.clear();
+            self.reboot_asked = None;
         }
         self.faults.clear();
         self.drain = None;
@@ -231,6 +243,6 @@ impl Ledger {
     /// The open faults not acted on, for a run that could not act (the
     /// line a job's warning carries).
     pub fn pending_count(&self) -> usize {
-        self.faults.iter().filter(|f| !f.drained()).count()
+        self.open_faults().filter(|f| !f.drained()).count()
     }
 }

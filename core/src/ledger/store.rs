@@ -305,6 +305,7 @@ fn add_imported(ledger: &mut Ledger, f: &Finding, handling: Handling, at_ms: u64
         last_ms: at_ms,
         handling,
         provisional: false,
+        remedy: f.remedy,
     });
 }
 

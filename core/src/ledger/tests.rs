@@ -1,5 +1,5 @@
 use super::*;
-use crate::config::RecoveryConfig;
+use crate::config::{RecoveryConfig, RemediationConfig};
 use crate::finding::drain_reason;
 
 const MIN: u64 = 60_000;
@@ -34,6 +34,10 @@ fn cfg() -> RecoveryConfig {
     }
 }
 
+fn rem() -> RemediationConfig {
+    RemediationConfig::default()
+}
+
 fn drained(l: &mut Ledger, now: u64) {
     let Plan::Drain { reason, .. } = l.plan(true) else {
         panic!("no drain planned: {l:?}");
@@ -49,6 +53,7 @@ fn one_entry_per_fault_whatever_the_pid() {
             &[xid(31, 1, Action::DrainUntilClean, 1000 + job)],
             &view(job as u64),
             &cfg(),
+            &rem(),
         );
         l.record(
             &Recorded::NotActed {
@@ -79,7 +84,7 @@ fn one_entry_per_fault_whatever_the_pid() {
 #[test]
 fn a_milder_fault_never_softens_a_graver_one() {
     let mut l = Ledger::new("n1");
-    l.observe(&[xid(48, 0, Action::Drain, 1)], &view(0), &cfg());
+    l.observe(&[xid(48, 0, Action::Drain, 1)], &view(0), &cfg(), &rem());
     drained(&mut l, 0);
     assert_eq!(l.drain.as_ref().unwrap().kind, Action::Drain);
     // A job on GPU1 gets an Xid 31, and GPU0's fault is seen again milder.
@@ -90,6 +95,7 @@ fn a_milder_fault_never_softens_a_graver_one() {
         ],
         &view(MIN),
         &cfg(),
+        &rem(),
     );
     let Plan::Drain { reason, .. } = l.plan(true) else {
         panic!()
@@ -117,7 +123,7 @@ fn a_milder_fault_never_softens_a_graver_one() {
 fn a_config_error_run_never_relabels_a_fault_for_dropping() {
     // A good run found an Xid 79 and the brake held it (cursor moved on).
     let mut l = Ledger::new("n1");
-    l.observe(&[xid(79, 3, Action::Drain, 1)], &view(0), &cfg());
+    l.observe(&[xid(79, 3, Action::Drain, 1)], &view(0), &cfg(), &rem());
     l.record(
         &Recorded::NotActed {
             cause: PendingCause::Brake,
@@ -131,7 +137,7 @@ fn a_config_error_run_never_relabels_a_fault_for_dropping() {
         config_ok: false,
         ..view(MIN)
     };
-    l.observe(&[], &broken, &cfg());
+    l.observe(&[], &broken, &cfg(), &rem());
     let Plan::Hold { why } = l.plan(false) else {
         panic!()
     };
@@ -144,7 +150,7 @@ fn a_config_error_run_never_relabels_a_fault_for_dropping() {
         MIN,
     );
     // The fix: the next good run still holds the Xid 79 and drains.
-    l.observe(&[], &view(2 * MIN), &cfg());
+    l.observe(&[], &view(2 * MIN), &cfg(), &rem());
     assert!(matches!(l.plan(true), Plan::Drain { reason, .. } if reason.contains("Xid 79")));
 }
 
@@ -156,22 +162,27 @@ fn what_a_broken_configuration_judged_is_judged_again() {
         ..view(0)
     };
     let dcgm = Finding::node("dcgm", Action::Drain, "DCGM memory".into(), "m".into());
-    l.observe(&[xid(79, 3, Action::Drain, 1), dcgm], &broken, &cfg());
+    l.observe(
+        &[xid(79, 3, Action::Drain, 1), dcgm],
+        &broken,
+        &cfg(),
+        &rem(),
+    );
     assert!(l.faults.iter().all(|f| f.provisional));
     // The good run reads the kernel log again (the cursor did not move):
     // its own judgement replaces the fallback's; DCGM's stays.
-    l.observe(&[], &view(1), &cfg());
+    l.observe(&[], &view(1), &cfg(), &rem());
     assert_eq!(l.faults.len(), 1);
     assert_eq!(l.faults[0].id.check, "dcgm");
     // A job's epilog does not read the node's log: it drops nothing.
     let mut l2 = Ledger::new("n1");
-    l2.observe(&[xid(79, 3, Action::Drain, 1)], &broken, &cfg());
+    l2.observe(&[xid(79, 3, Action::Drain, 1)], &broken, &cfg(), &rem());
     let epilog = RunView {
         scans_kernel_log: false,
         at_job_end: true,
         ..view(1)
     };
-    l2.observe(&[], &epilog, &cfg());
+    l2.observe(&[], &epilog, &cfg(), &rem());
     assert_eq!(l2.faults.len(), 1);
 }
 
@@ -185,6 +196,7 @@ fn pending_until_clean_faults_go_after_a_quiet_time_drain_faults_stay() {
         ],
         &view(0),
         &cfg(),
+        &rem(),
     );
     l.record(
         &Recorded::NotActed {
@@ -194,9 +206,9 @@ fn pending_until_clean_faults_go_after_a_quiet_time_drain_faults_stay() {
         true,
         0,
     );
-    l.observe(&[], &view(5 * MIN), &cfg());
+    l.observe(&[], &view(5 * MIN), &cfg(), &rem());
     assert_eq!(l.faults.len(), 2);
-    l.observe(&[], &view(11 * MIN), &cfg());
+    l.observe(&[], &view(11 * MIN), &cfg(), &rem());
     assert_eq!(l.faults.len(), 1);
     assert_eq!(l.faults[0].action, Action::Drain);
 }
@@ -209,6 +221,7 @@ fn a_clock_set_back_does_not_freeze_quiet_times_or_windows() {
         &[xid(31, 1, Action::DrainUntilClean, 1)],
         &view(year),
         &cfg(),
+        &rem(),
     );
     drained(&mut l, year);
     l.returns.push(AutoReturn {
@@ -216,7 +229,7 @@ fn a_clock_set_back_does_not_freeze_quiet_times_or_windows() {
         kinds: vec!["Xid 31".into()],
     });
     // The clock is fixed: a year back.
-    l.observe(&[], &view(1_000), &cfg());
+    l.observe(&[], &view(1_000), &cfg(), &rem());
     assert!(l.faults[0].last_ms <= 1_000 && l.drain.as_ref().unwrap().at_ms <= 1_000);
     assert_eq!(
         l.may_return(&cfg(), &[], 1_000 + 10 * MIN),
@@ -238,6 +251,7 @@ fn returns_escalate_until_clean_faults_and_an_admin_starts_over() {
             &[xid(31, 1, Action::DrainUntilClean, d as u32)],
             &view(d * day),
             &c,
+            &rem(),
         );
         drained(&mut l, d * day);
         l.returned(true, d * day + 20 * MIN, c.escalate_window_ms());
@@ -247,6 +261,7 @@ fn returns_escalate_until_clean_faults_and_an_admin_starts_over() {
         &[xid(31, 2, Action::DrainUntilClean, 9)],
         &view(3 * day),
         &c,
+        &rem(),
     );
     assert_eq!(l.faults[0].action, Action::Drain);
     assert!(
@@ -273,11 +288,12 @@ fn found_back_in_service_past_events_are_answered_real_faults_stay() {
         &[xid(79, 3, Action::Drain, 1), dbe.clone()],
         &view(0),
         &cfg(),
+        &rem(),
     );
     drained(&mut l, 0);
     // An admin ran scontrol resume; this run found the DBE again (NVML
     // still counts it) but not the Xid (a past kernel-log record).
-    l.observe(std::slice::from_ref(&dbe), &view(MIN), &cfg());
+    l.observe(std::slice::from_ref(&dbe), &view(MIN), &cfg(), &rem());
     assert_eq!(l.returned_by_someone(&[FaultId::of(&dbe)]), 1);
     assert_eq!(l.faults.len(), 1);
     assert_eq!(l.drain, None);
@@ -289,7 +305,7 @@ fn found_back_in_service_past_events_are_answered_real_faults_stay() {
 #[test]
 fn someone_elses_drain_takes_over_ours() {
     let mut l = Ledger::new("n1");
-    l.observe(&[xid(79, 3, Action::Drain, 1)], &view(0), &cfg());
+    l.observe(&[xid(79, 3, Action::Drain, 1)], &view(0), &cfg(), &rem());
     drained(&mut l, 0);
     l.record(
         &Recorded::NotActed {
@@ -317,7 +333,7 @@ fn the_bound_folds_the_mildest_and_keeps_the_gravest() {
         .map(|c| xid(1000 + c, 0, Action::DrainUntilClean, 1))
         .collect();
     findings.push(xid(79, 5, Action::Drain, 1));
-    l.observe(&findings, &view(0), &cfg());
+    l.observe(&findings, &view(0), &cfg(), &rem());
     assert_eq!(l.faults.len(), MAX_FAULTS);
     assert!(l
         .faults
@@ -330,7 +346,7 @@ fn the_bound_folds_the_mildest_and_keeps_the_gravest() {
         let more: Vec<Finding> = (0..300)
             .map(|c| xid(5000 + round * 1000 + c, 1, Action::DrainUntilClean, 1))
             .collect();
-        l.observe(&more, &view(round as u64), &cfg());
+        l.observe(&more, &view(round as u64), &cfg(), &rem());
         assert_eq!(l.faults.len(), MAX_FAULTS);
     }
     assert_eq!(l.gravest(), Some(Action::Drain));
@@ -355,7 +371,7 @@ fn texts_are_capped_and_pids_never_make_an_identity() {
     let mut f = xid(13, 0, Action::Drain, 1);
     f.summary = "x".repeat(10_000);
     f.message = "y".repeat(100_000);
-    l.observe(&[f], &view(0), &cfg());
+    l.observe(&[f], &view(0), &cfg(), &rem());
     assert!(l.faults[0].summary.len() <= MAX_SUMMARY);
     assert!(l.faults[0].message.len() <= MAX_MESSAGE);
     assert_eq!(
@@ -371,7 +387,12 @@ fn an_automatic_return_needs_our_drain_until_clean_faults_quiet() {
         l.may_return(&cfg(), &[], 0),
         ReturnDecision::NotOurs(_)
     ));
-    l.observe(&[xid(31, 1, Action::DrainUntilClean, 1)], &view(0), &cfg());
+    l.observe(
+        &[xid(31, 1, Action::DrainUntilClean, 1)],
+        &view(0),
+        &cfg(),
+        &rem(),
+    );
     drained(&mut l, 0);
     assert!(matches!(
         l.may_return(&cfg(), &[], 5 * MIN),

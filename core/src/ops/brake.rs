@@ -11,7 +11,8 @@
 //!    and reads the node table once;
 //! 3. [`rank`]: its place is the number of gpu-health drains in scope plus
 //!    the live claims that came before its own (by stamp, then name). Below
-//!    the allowed count it drains, clearing the claim in the same update;
+//!    the allowed count it drains, replacing the claim by the drain's time
+//!    stamp (`gpu-health-drained:<ms>`) in the same update;
 //!    otherwise it withdraws the claim and stays in service.
 //!
 //! Why the bound holds by construction: every claim that ranks before
@@ -25,6 +26,8 @@
 
 use crate::config::{BrakeConfig, BrakeScope};
 use crate::slurm::NodeInfo;
+
+use super::brake_window::{self, InScope};
 
 /// How many gpu-health drains `total` nodes in scope may hold.
 pub fn allowed(cfg: &BrakeConfig, total: usize) -> usize {
@@ -69,7 +72,9 @@ pub enum BrakeVerdict {
 /// place is every gpu-health drain in scope plus every live claim that came
 /// before its own (by stamp, then name). A claim on a node that is
 /// drained does not count: a gpu-health drain counts as a drain already,
-/// and a node drained by someone else withdraws its claim.
+/// and a node drained by someone else withdraws its claim. A reboot
+/// gpu-health asked for counts as its drain. Past the share, the cap and
+/// the time window ([`brake_window`]) may hold it back too.
 pub fn rank(cfg: &BrakeConfig, nodes: &[NodeInfo], node: &str, my_stamp_ms: u64) -> BrakeVerdict {
     let scope = in_scope(cfg, nodes, node);
     let total = scope.len().max(1);
@@ -77,7 +82,7 @@ pub fn rank(cfg: &BrakeConfig, nodes: &[NodeInfo], node: &str, my_stamp_ms: u64)
     let oldest = my_stamp_ms.saturating_sub(claim_lifetime_ms(cfg));
     let drains: Vec<&str> = scope
         .iter()
-        .filter(|n| n.name != node && n.drained_by_us())
+        .filter(|n| n.name != node && n.held_by_us())
         .map(|n| n.name.as_str())
         .collect();
     let claims: Vec<&str> = scope
@@ -90,7 +95,16 @@ pub fn rank(cfg: &BrakeConfig, nodes: &[NodeInfo], node: &str, my_stamp_ms: u64)
         .map(|n| n.name.as_str())
         .collect();
     if drains.len() + claims.len() < allowed {
-        return BrakeVerdict::Drain;
+        let counted = InScope {
+            total,
+            held: drains.len(),
+            claims_before: claims.len(),
+            recent: brake_window::recent(cfg, &scope, node, my_stamp_ms),
+        };
+        return match brake_window::hold(cfg, &counted) {
+            None => BrakeVerdict::Drain,
+            Some(why) => BrakeVerdict::Hold(why),
+        };
     }
     BrakeVerdict::Hold(format!(
         "drain brake: {} of {total} nodes in scope drained by gpu-health{} and {} claimed a drain \
@@ -129,9 +143,11 @@ mod tests {
         lines.iter().filter_map(|l| NodeInfo::parse(l)).collect()
     }
 
+    /// The share alone (the window as wide as the partition).
     fn cfg(fraction: f64) -> BrakeConfig {
         BrakeConfig {
             max_drained_fraction: fraction,
+            max_window_fraction: 1.0,
             ..BrakeConfig::default()
         }
     }
@@ -264,6 +280,56 @@ mod tests {
         assert_eq!(rank(&cfg(0.25), &nodes, "n3", 100_000), BrakeVerdict::Drain);
         assert!(matches!(
             rank(&cfg(0.25), &nodes, "n2", 100_001),
+            BrakeVerdict::Hold(_)
+        ));
+    }
+
+    #[test]
+    fn the_window_and_the_cap_only_add_holds() {
+        // Share 50% of 4 = 2; n1 drained (stamped) a minute ago and has
+        // returned; n2 is rebooting for gpu-health.
+        let now = 10 * 60_000;
+        let nodes = cluster(&[
+            format!(
+                "{} Comment=gpu-health-drained:{}",
+                line("n1", "IDLE", "main", None),
+                now - 60_000
+            ),
+            line(
+                "n2",
+                "DOWN+REBOOT_ISSUED",
+                "main",
+                Some(("gpu-health: Xid 79 GPU3 (reboot)", "2026-01-01T00:00:00")),
+            ),
+            claimed("n3", "main", now),
+            line("n4", "IDLE", "main", None),
+        ]);
+        let share = cfg(0.5);
+        // n2's reboot counts as a drain: 1 of 2 taken, n3 may drain.
+        assert_eq!(rank(&share, &nodes, "n3", now), BrakeVerdict::Drain);
+        // The window: 25% of 4 = 1 drain in 5 min, n1's is recent.
+        let window = BrakeConfig {
+            max_window_fraction: 0.25,
+            ..share.clone()
+        };
+        let BrakeVerdict::Hold(why) = rank(&window, &nodes, "n3", now) else {
+            panic!("the window must hold");
+        };
+        assert!(why.contains("within the last 5 min"), "{why}");
+        // Past the window n1's drain no longer counts.
+        assert_eq!(
+            rank(&window, &nodes, "n3", now + 5 * 60_000),
+            BrakeVerdict::Drain
+        );
+        // The cap: one gpu-health drain at once.
+        let cap = BrakeConfig {
+            max_drained: 1,
+            ..share.clone()
+        };
+        assert!(rank(&cap, &nodes, "n3", now) != BrakeVerdict::Drain);
+        // What the share held back stays held back.
+        assert!(matches!(
+            rank(&cfg(0.25), &nodes, "n3", now),
             BrakeVerdict::Hold(_)
         ));
     }

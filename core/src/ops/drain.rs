@@ -39,7 +39,9 @@ pub enum Standing {
 
 fn standing(nodes: &[NodeInfo], node: &NodeName) -> Standing {
     let me = nodes.iter().find(|n| n.name == node.as_str());
-    match me.filter(|n| n.is_drained()).and_then(|n| n.reason.clone()) {
+    // Rebooting or down with gpu-health's reason: the reboot it asked for.
+    let out = me.filter(|n| n.is_drained() || n.held_by_us());
+    match out.and_then(|n| n.reason.clone()) {
         Some(r) if is_own_reason(&r) => Standing::Ours(r),
         Some(r) => Standing::Foreign(r),
         None => Standing::InService,
@@ -52,7 +54,13 @@ fn standing(nodes: &[NodeInfo], node: &NodeName) -> Standing {
 pub trait SlurmCalls {
     /// What is left of the run's time budget for Slurm.
     fn remaining(&self) -> Duration;
-    fn drain(&self, node: &NodeName, reason: &str, clear_claim: bool) -> Result<(), SlurmError>;
+    /// Drain; with `stamp_ms` the brake's claim in the node's Comment
+    /// becomes the drain's time stamp in the same update.
+    fn drain(&self, node: &NodeName, reason: &str, stamp_ms: Option<u64>)
+        -> Result<(), SlurmError>;
+    /// Ask Slurm to reboot the node as soon as it is idle and to return
+    /// it to service after (`scontrol reboot ASAP nextstate=RESUME`).
+    fn reboot(&self, node: &NodeName, reason: &str) -> Result<(), SlurmError>;
     fn claim(&self, node: &NodeName, stamp_ms: u64, reserve: Duration) -> Result<(), SlurmError>;
     fn release_claim(&self, node: &NodeName) -> Result<(), SlurmError>;
     fn resume(&self, node: &NodeName) -> Result<(), SlurmError>;
@@ -85,8 +93,16 @@ impl SlurmCalls for Scontrol<'_> {
     fn remaining(&self) -> Duration {
         Scontrol::remaining(self)
     }
-    fn drain(&self, node: &NodeName, reason: &str, clear_claim: bool) -> Result<(), SlurmError> {
-        Scontrol::drain(self, node, reason, clear_claim)
+    fn drain(
+        &self,
+        node: &NodeName,
+        reason: &str,
+        stamp_ms: Option<u64>,
+    ) -> Result<(), SlurmError> {
+        Scontrol::drain(self, node, reason, stamp_ms)
+    }
+    fn reboot(&self, node: &NodeName, reason: &str) -> Result<(), SlurmError> {
+        Scontrol::reboot(self, node, reason)
     }
     fn claim(&self, node: &NodeName, stamp_ms: u64, reserve: Duration) -> Result<(), SlurmError> {
         Scontrol::claim(self, node, stamp_ms, reserve)
@@ -287,7 +303,8 @@ impl Drainer<'_> {
     }
 
     fn make_drain(&self, node: &NodeName, reason: &str, clear_claim: bool) -> DrainOutcome {
-        match self.slurm.drain(node, reason, clear_claim) {
+        let stamp = clear_claim.then(|| self.slurm.now_ms());
+        match self.slurm.drain(node, reason, stamp) {
             Ok(()) => {
                 log::error!("drained {node}: {reason}");
                 DrainOutcome::Drained

@@ -2,6 +2,7 @@
 //! the machinery of acting (the checks are in `checks`).
 //!
 //! - [`brake`]: never drain more than a share of a partition at once;
+//!   [`brake_window`]: nor more than a cap, nor too many within minutes;
 //! - [`drain`]: drains through the brake; resumes only of gpu-health's own
 //!   drains (what they are for is the fault ledger's, `ledger`);
 //! - [`recovery`]: whether the node is clean now (a drained node's return);
@@ -11,5 +12,6 @@
 //! description: docs/operations.md.
 
 pub mod brake;
+pub mod brake_window;
 pub mod drain;
 pub mod recovery;

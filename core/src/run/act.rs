@@ -136,7 +136,28 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
         .map(FaultId::of)
         .collect();
     let recovery = &ctx.config().recovery;
-    let observed = turn.loaded.ledger.observe(findings, view, recovery);
+    let remediation = &ctx.config().remediation;
+    // Read only where reboots are on or one was asked: with the default
+    // configuration a run does what it did before.
+    let boot_id = if remediation.reboot || turn.loaded.ledger.reboot_asked.is_some() {
+        current_boot_id(ctx)
+    } else {
+        String::new()
+    };
+    if turn
+        .loaded
+        .ledger
+        .boot_seen(&boot_id, view.now_ms, remediation.window_ms())
+    {
+        log::warn!(
+            "{} rebooted as gpu-health asked: the faults it was for are cleared unless found again",
+            ctx.node
+        );
+    }
+    let observed = turn
+        .loaded
+        .ledger
+        .observe(findings, view, recovery, remediation);
     let fresh = observed.fresh;
     if !observed.escalated.is_empty() {
         log::error!(
@@ -147,10 +168,27 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
             observed.escalated.join(", ")
         );
     }
+    if !observed.inspected.is_empty() {
+        log::error!(
+            "{} has a fault back after {} reboots or more within {} h: draining it for hardware inspection, no more reboots ({})",
+            ctx.node,
+            remediation.max_reboots,
+            remediation.window_hours,
+            observed.inspected.join(", ")
+        );
+    }
     if turn.loaded.ledger.claim_ms.is_some() {
         withdraw_left_claim(turn);
     }
-    let mut plan = turn.loaded.ledger.plan(ctx.config_ok());
+    let wanted = |l: &Ledger| {
+        l.reboot_wanted(remediation, view.now_ms)
+            .filter(|_| ctx.config_ok())
+    };
+    let mut reboot = wanted(&turn.loaded.ledger);
+    let mut plan = turn
+        .loaded
+        .ledger
+        .plan_marked(ctx.config_ok(), reboot.is_some());
     let mut answered = 0;
     let drain = match &plan {
         Plan::Quiet => None,
@@ -179,13 +217,17 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
                         "{} is back in service although gpu-health drained it: someone returned it; \
                          {answered} fault(s) it had are taken as answered{}",
                         ctx.node,
-                        if turn.loaded.ledger.faults.is_empty() {
+                        if turn.loaded.ledger.open_faults().next().is_none() {
                             String::new()
                         } else {
                             ", the ones found again drain it again".to_string()
                         }
                     );
-                    plan = turn.loaded.ledger.plan(ctx.config_ok());
+                    reboot = wanted(&turn.loaded.ledger);
+                    plan = turn
+                        .loaded
+                        .ledger
+                        .plan_marked(ctx.config_ok(), reboot.is_some());
                     match &plan {
                         Plan::Drain {
                             reason, look_first, ..
@@ -213,13 +255,17 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
             }))
         }
     };
+    if let (Some(kinds), Some(DrainOutcome::Drained), Plan::Drain { reason, .. }) =
+        (reboot, &drain, &plan)
+    {
+        ask_reboot(turn, reason, kinds, &boot_id, view.now_ms);
+    }
     let recorded = recorded(&plan, drain.as_ref());
     if let Recorded::NotActed { .. } = &recorded {
         let summaries: Vec<String> = turn
             .loaded
             .ledger
-            .faults
-            .iter()
+            .open_faults()
             .map(|f| f.summary.clone())
             .collect();
         log::error!(
@@ -240,6 +286,36 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
         fresh,
         answered,
         drain_changed,
+    }
+}
+
+/// This boot's id (`xid.boot_id_path`); empty when it cannot be read.
+fn current_boot_id(ctx: &RunContext) -> String {
+    std::fs::read_to_string(&ctx.config().xid.boot_id_path)
+        .map(|s| s.trim().chars().take(64).collect())
+        .unwrap_or_default()
+}
+
+/// The node is drained for faults a reboot clears: ask Slurm to reboot
+/// it. Written down only once Slurm took it; a failure leaves the node
+/// drained and the next run asks again.
+fn ask_reboot(turn: &mut Turn<'_>, reason: &str, kinds: Vec<String>, boot_id: &str, now_ms: u64) {
+    let node = &turn.ctx.node;
+    if boot_id.is_empty() {
+        log::error!(
+            "{node} stays drained: cannot read this boot's id ({}), so a reboot could not be told from none; not asking Slurm for one",
+            turn.ctx.config().xid.boot_id_path.display()
+        );
+        return;
+    }
+    match turn.slurm().reboot(node, reason) {
+        Ok(()) => {
+            log::error!("asked Slurm to reboot {node} once its jobs are done: {reason}");
+            turn.loaded.ledger.reboot_requested(now_ms, boot_id, kinds);
+        }
+        Err(e) => log::error!(
+            "cannot ask Slurm to reboot {node} ({e}); it stays drained and the next run asks again"
+        ),
     }
 }
 

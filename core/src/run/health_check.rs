@@ -172,6 +172,15 @@ fn return_when_quiet(turn: &mut Turn<'_>, check: &NodeCheck) -> Next {
 /// admin's reboot of it is pending (the reboot decides its next state).
 fn resume_now(turn: &mut Turn<'_>) -> HealthAction {
     let ctx = turn.ctx;
+    if let Some(asked) = &turn.ledger().reboot_asked {
+        let why = format!(
+            "{} is clean, but the reboot gpu-health asked for (for {}) has not happened yet: left to the reboot",
+            ctx.node,
+            asked.kinds.join(", ")
+        );
+        log::info!("{why}");
+        return HealthAction::StaysDrained(why);
+    }
     if let Ok(Some(me)) = turn.slurm().show_node(&ctx.node) {
         if me.reboot_pending() {
             let why = format!(

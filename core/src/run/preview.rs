@@ -53,8 +53,12 @@ pub fn prolog_would(ctx: &RunContext, check: &NodeCheck) -> WouldDo {
         &check.findings,
         &act::node_run_view(ctx),
         &ctx.config().recovery,
+        &ctx.config().remediation,
     );
-    match ledger.plan(ctx.config_ok()) {
+    let reboot = ledger
+        .reboot_wanted(&ctx.config().remediation, ctx.now_ms)
+        .is_some();
+    match ledger.plan_marked(ctx.config_ok(), reboot) {
         Plan::Drain { reason, .. } => WouldDo::Drain {
             kind: ledger.gravest().unwrap_or(Action::Drain),
             reason,

@@ -118,7 +118,8 @@ fn without_turn(
     // The run in its turn drains (or holds back) for these; this one
     // cannot know which, so the job goes elsewhere, as when Slurm fails.
     let keep_off = ctx.config_ok()
-        && (!ledger.faults.is_empty() || check.findings.iter().any(|f| f.action.drains()));
+        && (ledger.open_faults().next().is_some()
+            || check.findings.iter().any(|f| f.action.drains()));
     save_job_start(ctx, job, &check);
     let mut told = check.findings.clone();
     told.extend(open_faults(&ledger, &check.findings));
@@ -132,8 +133,7 @@ fn without_turn(
 fn open_faults(ledger: &Ledger, own: &[Finding]) -> Vec<Finding> {
     let held = ledger.held.as_ref();
     ledger
-        .faults
-        .iter()
+        .open_faults()
         .filter(|f| !own.iter().any(|o| crate::ledger::FaultId::of(o) == f.id))
         .map(|f| {
             let mut finding = f.finding();

@@ -86,7 +86,11 @@ pub fn run(
         Ok(None) => return ResumeOutcome::Error(format!("Slurm does not know {target}")),
         Err(e) => return ResumeOutcome::Error(format!("cannot ask Slurm about {target}: {e}")),
     };
-    let reason = info.reason.clone().filter(|_| info.is_drained());
+    // Down or rebooting with gpu-health's reason is its drain too.
+    let reason = info
+        .reason
+        .clone()
+        .filter(|_| info.is_drained() || info.held_by_us());
     let window = ctx.config().recovery.escalate_window_ms();
     let outcome = match reason {
         None => {

@@ -1,6 +1,6 @@
 //! One line of `scontrol show node -o`: what gpu-health keeps of a node.
 
-use super::CLAIM_PREFIX;
+use super::{CLAIM_PREFIX, DRAINED_PREFIX};
 use crate::finding::is_own_reason;
 
 /// One line of `scontrol show node -o`.
@@ -18,7 +18,15 @@ pub struct NodeInfo {
     /// The drain brake's claim on this node (`Comment=gpu-health-claim:<ms>`):
     /// the claiming node's clock in unix ms.
     pub claim_ms: Option<u64>,
+    /// When gpu-health drained this node through the brake
+    /// (`Comment=gpu-health-drained:<ms>`, the draining node's clock):
+    /// the brake's time window counts it. A stamp that is not a number
+    /// reads as [`u64::MAX`] (from the future: counted as recent).
+    pub drained_ms: Option<u64>,
 }
+
+/// Digits of a stamp read at most (unix ms have 13).
+const MAX_STAMP_DIGITS: usize = 20;
 
 impl NodeInfo {
     /// Parse `NodeName=n1 Arch=... State=IDLE+DRAIN ... Reason=text [root@...]`.
@@ -27,6 +35,7 @@ impl NodeInfo {
         // One pass over the words; the first of each key counts (and the
         // first Comment that is a claim).
         let (mut name, mut state, mut partitions, mut claim) = (None, None, None, None);
+        let mut drained = None;
         for word in line.split_ascii_whitespace() {
             // Most of a 1 KB line is fields of no interest: look at the
             // words that may be ours only.
@@ -40,7 +49,10 @@ impl NodeInfo {
                 "NodeName" if name.is_none() => name = Some(value),
                 "State" if state.is_none() => state = Some(value),
                 "Partitions" if partitions.is_none() => partitions = Some(value),
-                "Comment" if claim.is_none() => claim = value.strip_prefix(CLAIM_PREFIX),
+                "Comment" if claim.is_none() && drained.is_none() => {
+                    claim = value.strip_prefix(CLAIM_PREFIX);
+                    drained = value.strip_prefix(DRAINED_PREFIX);
+                }
                 _ => {}
             }
         }
@@ -59,6 +71,12 @@ impl NodeInfo {
             Some(i) => split_reason(&line[i + " Reason=".len()..]),
         };
         let claim_ms = claim.and_then(|ms| ms.parse().ok());
+        let drained_ms = drained.map(|ms| {
+            Some(ms)
+                .filter(|ms| ms.len() <= MAX_STAMP_DIGITS)
+                .and_then(|ms| ms.parse().ok())
+                .unwrap_or(u64::MAX)
+        });
         Some(NodeInfo {
             name,
             state,
@@ -66,6 +84,7 @@ impl NodeInfo {
             reason_time,
             partitions,
             claim_ms,
+            drained_ms,
         })
     }
 
@@ -103,7 +122,25 @@ impl NodeInfo {
 
     /// Drained with a reason of gpu-health's.
     pub fn drained_by_us(&self) -> bool {
-        self.is_drained() && self.reason.as_deref().is_some_and(is_own_reason)
+        self.is_drained() && self.has_own_reason()
+    }
+
+    /// Out of service for gpu-health: drained, rebooting or down (a
+    /// reboot it asked for) with a reason of its own. The brake counts
+    /// these, and the runs take them as gpu-health's drain.
+    pub fn held_by_us(&self) -> bool {
+        (self.is_drained() || self.reboot_pending() || self.is_down()) && self.has_own_reason()
+    }
+
+    /// `DOWN` (also `DOWN*`), as during a reboot.
+    pub fn is_down(&self) -> bool {
+        self.state
+            .split('+')
+            .any(|s| s.trim_end_matches('*') == "DOWN")
+    }
+
+    fn has_own_reason(&self) -> bool {
+        self.reason.as_deref().is_some_and(is_own_reason)
     }
 }
 
@@ -203,6 +240,36 @@ mod tests {
         let garbled =
             NodeInfo::parse("NodeName=n8 State=IDLE Comment=gpu-health-claim:12x").unwrap();
         assert_eq!(garbled.claim_ms, None);
+    }
+
+    #[test]
+    fn drain_stamps_are_read_and_garbage_is_recent() {
+        let at = |c: &str| {
+            NodeInfo::parse(&format!("NodeName=n1 State=IDLE+DRAIN Comment={c}"))
+                .unwrap()
+                .drained_ms
+        };
+        assert_eq!(
+            at("gpu-health-drained:1764590000123"),
+            Some(1_764_590_000_123)
+        );
+        assert_eq!(at("gpu-health-drained:12x"), Some(u64::MAX));
+        assert_eq!(at("gpu-health-drained:"), Some(u64::MAX));
+        assert_eq!(
+            at(&format!("gpu-health-drained:{}", "9".repeat(5000))),
+            Some(u64::MAX)
+        );
+        assert_eq!(at("gpu-health-claim:17"), None);
+        assert_eq!(at("RMA"), None);
+        let rebooting = NodeInfo::parse(
+            "NodeName=n1 State=DOWN+REBOOT_ISSUED Reason=gpu-health: Xid 79 GPU3 (reboot)",
+        )
+        .unwrap();
+        assert!(rebooting.held_by_us() && !rebooting.drained_by_us());
+        let down = NodeInfo::parse("NodeName=n1 State=DOWN* Reason=gpu-health: x (drain)").unwrap();
+        assert!(down.held_by_us());
+        let admin = NodeInfo::parse("NodeName=n1 State=DOWN Reason=cables").unwrap();
+        assert!(!admin.held_by_us());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashSet};
 use super::catalog::{self, sxid_is_fatal, sxid_meaning, Resolution};
 use super::event::{EventKind, XidEvent};
 use super::history::{RepeatHistory, USER_PREFIX};
-use super::policy::{Decision, Policy};
+use super::policy::{remedy, Decision, Policy};
 use crate::config::PolicyAction;
 use crate::finding::{Action, Finding};
 
@@ -205,6 +205,7 @@ impl Group<'_> {
             culprit,
             code: Some(ev.code),
             forgeable: self.forgeable_capped,
+            remedy: remedy(ev),
         }
     }
 }

@@ -10,6 +10,7 @@ use super::catalog::{sxid_is_fatal, DefaultAction, CATALOG};
 use super::event::{EventKind, XidEvent};
 use super::rules::{default_escalation, DEFAULT_BURST_SECONDS};
 use crate::config::{CodeKey, PolicyAction, XidConfig};
+use crate::finding::Remedy;
 
 /// What the policy says about one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,8 +211,34 @@ impl Policy {
 /// than none needs someone to reset or reboot: drain. Text we cannot read
 /// is a warning, not a silent pass.
 pub fn recovery_action(message: &str) -> PolicyAction {
+    recovery_target(message).0
+}
+
+/// What clears an Xid: a reboot where NVIDIA's catalog says reset the
+/// GPU or restart the node, where an Xid 154 asks for a reset or a
+/// reboot, and for a fatal SXid (the NVSwitch and its GPUs must be
+/// reset); a person otherwise.
+pub fn remedy(ev: &XidEvent) -> Remedy {
+    use super::catalog::{entry, Resolution};
+    let reboot = match ev.kind {
+        EventKind::Sxid => sxid_is_fatal(&ev.message),
+        EventKind::Xid => match entry(ev.code).map(|e| e.resolution) {
+            Some(Resolution::ResetGpu | Resolution::RebootNode) => true,
+            Some(Resolution::FollowRecoveryAction) => recovery_target(&ev.message).1,
+            _ => ev.fallen_off_bus,
+        },
+    };
+    if reboot {
+        Remedy::Reboot
+    } else {
+        Remedy::Person
+    }
+}
+
+/// Xid 154's action, and whether a reset or reboot clears it.
+fn recovery_target(message: &str) -> (PolicyAction, bool) {
     let Some((_, target)) = message.rsplit_once(" to ") else {
-        return PolicyAction::Warn;
+        return (PolicyAction::Warn, false);
     };
     let target = target.trim();
     let number = target
@@ -227,16 +254,83 @@ pub fn recovery_action(message: &str) -> PolicyAction {
         .map(|(_, w)| w.trim_end_matches(['.', ')', ' ']))
         .unwrap_or(target)
         .to_ascii_lowercase();
+    // nvmlDeviceGpuRecoveryAction_t: 1 GPU reset, 2 node reboot, 3 drain
+    // P2P, 4 drain and reset, 5 IMEX recovery, 6 bus reset, 7 system
+    // reboot.
+    let reset = ["reset", "reboot", "flr"].iter().any(|w| words.contains(w));
     match number {
-        Some(0) => PolicyAction::Info,
-        Some(1..=7) => PolicyAction::Drain,
-        _ if words == "none" => PolicyAction::Info,
-        _ if ["reset", "reboot", "drain", "flr", "recover"]
-            .iter()
-            .any(|w| words.contains(w)) =>
-        {
-            PolicyAction::Drain
+        Some(0) => (PolicyAction::Info, false),
+        Some(n @ 1..=7) => (PolicyAction::Drain, matches!(n, 1 | 2 | 4 | 6 | 7)),
+        _ if words == "none" => (PolicyAction::Info, false),
+        _ if reset => (PolicyAction::Drain, true),
+        _ if ["drain", "recover"].iter().any(|w| words.contains(w)) => (PolicyAction::Drain, false),
+        _ => (PolicyAction::Warn, false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: EventKind, code: u32, message: &str) -> XidEvent {
+        XidEvent {
+            kind,
+            code,
+            fallen_off_bus: false,
+            pci: Some("0000:18:00.0".into()),
+            gpu: None,
+            gpu_instance: None,
+            uuid: None,
+            pid: None,
+            process: None,
+            message: message.into(),
+            time_ms: None,
+            monotonic_us: None,
+            seq: None,
+            forgeable: false,
+            count: 1,
         }
-        _ => PolicyAction::Warn,
+    }
+
+    fn xid(code: u32, message: &str) -> Remedy {
+        remedy(&event(EventKind::Xid, code, message))
+    }
+
+    #[test]
+    fn a_reboot_clears_what_nvidia_says_a_reset_or_reboot_clears() {
+        // Catalog: 79 restart the node, 119/120 reset the GPU.
+        for code in [79, 119, 120] {
+            assert_eq!(xid(code, ""), Remedy::Reboot, "Xid {code}");
+        }
+        // Restart the application, check mechanicals, workflows: a person.
+        for code in [13, 31, 48, 63, 74] {
+            assert_eq!(xid(code, ""), Remedy::Person, "Xid {code}");
+        }
+        let to = |a: &str| format!("GPU recovery action changed from 0x0 (None) to {a}");
+        for a in [
+            "0x1 (GPU Reset Required)",
+            "0x2 (Node Reboot Required)",
+            "0x4 (Drain and Reset)",
+            "(Node Reboot Required)",
+        ] {
+            assert_eq!(xid(154, &to(a)), Remedy::Reboot, "{a}");
+        }
+        for a in [
+            "0x0 (None)",
+            "0x3 (Drain P2P)",
+            "(None)",
+            "0x42 (Something New)",
+        ] {
+            assert_eq!(xid(154, &to(a)), Remedy::Person, "{a}");
+        }
+        assert_eq!(xid(154, "garbled"), Remedy::Person);
+        let fatal = event(
+            EventKind::Sxid,
+            24007,
+            "Fatal, Link 44 crumbstore ECC DBE Error",
+        );
+        let nonfatal = event(EventKind::Sxid, 12028, "Non-fatal, Link 32 PRIV error");
+        assert_eq!(remedy(&fatal), Remedy::Reboot);
+        assert_eq!(remedy(&nonfatal), Remedy::Person);
     }
 }

@@ -38,6 +38,10 @@ pub struct ModelSlurm {
     pub calls: AtomicUsize,
     pub clock_ms: AtomicU64,
     pub resumes: AtomicUsize,
+    /// The nodes a reboot was asked for, in order.
+    pub reboots: Mutex<Vec<usize>>,
+    /// A reboot asked and not done yet, per node (REBOOT_REQUESTED).
+    pub rebooting: Mutex<Vec<bool>>,
     /// Two runs at once: the brake's pause takes real time, so that they
     /// interleave as two processes would.
     pub concurrent: AtomicBool,
@@ -61,6 +65,8 @@ impl ModelSlurm {
             calls: AtomicUsize::new(0),
             clock_ms: AtomicU64::new(0),
             resumes: AtomicUsize::new(0),
+            reboots: Mutex::new(Vec::new()),
+            rebooting: Mutex::new(vec![false; NODES]),
             concurrent: AtomicBool::new(false),
         }
     }
@@ -111,14 +117,16 @@ impl ModelSlurm {
     pub fn line(&self, i: usize) -> NodeInfo {
         let reason = self.reasons.lock().unwrap()[i].clone();
         let comment = self.comments.lock().unwrap()[i].clone();
+        let rebooting = self.rebooting.lock().unwrap()[i];
         let mut l = format!(
-            "NodeName=n{} Arch=x86_64 State={} Partitions=gpu",
+            "NodeName=n{} Arch=x86_64 State={}{} Partitions=gpu",
             i + 1,
             if reason.is_some() {
                 "IDLE+DRAIN"
             } else {
                 "IDLE"
-            }
+            },
+            if rebooting { "+REBOOT_REQUESTED" } else { "" }
         );
         if let Some(r) = reason {
             l.push_str(&format!(" Reason={r} [root@2026-12-01T00:00:00]"));
@@ -155,12 +163,24 @@ impl SlurmCalls for ModelSlurm {
     fn remaining(&self) -> Duration {
         Duration::from_secs(30)
     }
-    fn drain(&self, node: &NodeName, reason: &str, clear_claim: bool) -> Result<(), SlurmError> {
+    fn drain(
+        &self,
+        node: &NodeName,
+        reason: &str,
+        stamp_ms: Option<u64>,
+    ) -> Result<(), SlurmError> {
         self.update(node, |i| {
             self.reasons.lock().unwrap()[i] = Some(reason.to_string());
-            if clear_claim {
-                self.comments.lock().unwrap()[i] = None;
+            if let Some(ms) = stamp_ms {
+                self.comments.lock().unwrap()[i] = Some(format!("gpu-health-drained:{ms}"));
             }
+        })
+    }
+    fn reboot(&self, node: &NodeName, reason: &str) -> Result<(), SlurmError> {
+        self.update(node, |i| {
+            self.reasons.lock().unwrap()[i] = Some(reason.to_string());
+            self.reboots.lock().unwrap().push(i);
+            self.rebooting.lock().unwrap()[i] = true;
         })
     }
     fn claim(&self, node: &NodeName, stamp_ms: u64, _: Duration) -> Result<(), SlurmError> {

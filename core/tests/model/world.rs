@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gpu_health_core::finding::Remedy;
 use gpu_health_core::ids::NodeName;
 use gpu_health_core::ledger::Ledger;
 use gpu_health_core::records::JobMeta;
@@ -47,6 +48,9 @@ pub enum Step {
     /// Two prologs of the node at once: the second starts while the
     /// first waits in the brake's pause.
     Concurrent,
+    /// Slurm carries out the reboot gpu-health asked for (if any): a new
+    /// boot id, the node back in service (`nextstate=RESUME`).
+    Reboot,
 }
 
 /// One injected kernel-log Xid and whether it is still owed.
@@ -68,6 +72,8 @@ pub struct World {
     pub kill: Option<Kill>,
     pub job_running: Option<(u32, Vec<u32>)>,
     pub others_drained: usize,
+    /// Boots so far (the boot id is `boot-<n>`).
+    pub boots: u32,
 }
 
 impl World {
@@ -91,7 +97,9 @@ impl World {
             kill: None,
             job_running: None,
             others_drained,
+            boots: 0,
         };
+        std::fs::write(w.path("boot_id"), "boot-0\n").unwrap();
         w.set_nvml("h100x8-healthy");
         w.write_config();
         w
@@ -114,11 +122,13 @@ impl World {
             "nvml_library = {:?}\nkernel_log = {:?}\nstate_dir = {:?}\nsysfs_root = {:?}\n\
              scontrol = \"/nonexistent/scontrol\"\nnvml_deadline_ms = 3000\nexpected_gpus = 8\n\
              scontrol_timeout_ms = 700\n[recovery]\nquiet_time_s = 600\n\
-             [brake]\nclaim_timeout_ms = 200\nsettle_ms = 100\n",
+             [brake]\nclaim_timeout_ms = 200\nsettle_ms = 100\n\
+             [remediation]\nreboot = true\n[xid]\nboot_id_path = {:?}\n",
             self.path("lib/libnvidia-ml.so.1"),
             self.path("kernel.log"),
             self.path("state"),
             self.path("sys"),
+            self.path("boot_id"),
         );
         std::fs::write(self.path("gpu-health.toml"), main).unwrap();
         std::fs::create_dir_all(self.path("gpu-health.d")).unwrap();
@@ -167,6 +177,22 @@ impl World {
     }
 
     pub fn apply(&mut self, s: &Step) -> Result<(), TestCaseError> {
+        let reboots_before = self.slurm.reboots.lock().unwrap().len();
+        self.apply_step(s)?;
+        // 7. A reboot is asked only for faults a reboot clears.
+        let asked = self.slurm.reboots.lock().unwrap().len() > reboots_before;
+        if let (true, Some(l)) = (asked && !matches!(s, Step::Concurrent), self.ledger()) {
+            if l.reboot_asked.is_some() {
+                prop_assert!(
+                    l.open_faults().all(|f| f.remedy == Remedy::Reboot),
+                    "a reboot asked beside a fault that needs a person: {l:?}"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_step(&mut self, s: &Step) -> Result<(), TestCaseError> {
         match s {
             Step::Xid {
                 code,
@@ -283,6 +309,8 @@ impl World {
                     }
                 }
                 self.slurm.reasons.lock().unwrap()[0] = None;
+                // (An admin cancels a pending reboot to resume now.)
+                self.slurm.rebooting.lock().unwrap()[0] = false;
             }
             Step::Slurm(m) => *self.slurm.mode.lock().unwrap() = *m,
             Step::ConfigTypo(t) => {
@@ -293,6 +321,7 @@ impl World {
                 self.now_ms = self.now_ms.saturating_add_signed(*d);
             }
             Step::Kill(k) => self.kill = Some(*k),
+            Step::Reboot => self.reboot(),
         }
         self.check()
     }
@@ -366,6 +395,45 @@ impl World {
             prop_assert_eq!(codes, (1, 1), "a job started on the faulty node");
         }
         Ok(())
+    }
+
+    /// Slurm reboots n1 when a reboot is pending: the faults the ledger
+    /// holds as drained are answered by the reboot (found again, they
+    /// count again).
+    fn reboot(&mut self) {
+        if !std::mem::take(&mut self.slurm.rebooting.lock().unwrap()[0]) {
+            return;
+        }
+        self.boots += 1;
+        std::fs::write(self.path("boot_id"), format!("boot-{}\n", self.boots)).unwrap();
+        // (A fault that needs a person, found after the reboot was asked,
+        // gives the reason its kind; the ledger drains it again after.)
+        let reason = self.slurm.reasons.lock().unwrap()[0].take();
+        assert!(
+            reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("gpu-health: ")),
+            "a reboot of a node gpu-health did not drain: {reason:?}"
+        );
+        let Some(ledger) = self.ledger() else { return };
+        let cursor = self.cursor_offset();
+        for e in &mut self.injected {
+            let kind = format!("Xid {}", e.code);
+            let answered = match &ledger.reboot_asked {
+                // The kinds it was asked for; the ledger drains the
+                // others again after the reboot.
+                Some(r) => r.kinds.contains(&kind),
+                // A run killed between the ask and its commit: the node
+                // comes back in service as after an admin's resume.
+                None => ledger
+                    .faults
+                    .iter()
+                    .any(|f| f.id.kind() == kind && f.drained()),
+            };
+            if e.end_offset <= cursor && answered {
+                e.owed = false;
+            }
+        }
     }
 
     pub fn check(&self) -> Result<(), TestCaseError> {

@@ -3,7 +3,7 @@
 //! drains, naming the missing bus ids.
 
 use super::{Check, CheckInput, Place};
-use crate::finding::{Action, Finding};
+use crate::finding::{Action, Finding, Remedy};
 
 pub struct GpuCount;
 
@@ -65,12 +65,17 @@ fn judge(input: &CheckInput<'_>) -> Option<Finding> {
     } else {
         format!(" missing {}", missing.join(","))
     };
-    Some(Finding::node(
-        "gpu-count",
-        Action::Drain,
-        format!("GPU count {answering} of {expected}{which}"),
-        format!("{answering} GPUs answer NVML, {expected} expected{which}"),
-    ))
+    Some(
+        Finding::node(
+            "gpu-count",
+            Action::Drain,
+            format!("GPU count {answering} of {expected}{which}"),
+            format!("{answering} GPUs answer NVML, {expected} expected{which}"),
+        )
+        // A GPU that fell off the bus comes back with the node's reboot (the
+        // lost-GPU rule says when a reboot does not help: it comes back).
+        .with_remedy(Remedy::Reboot),
+    )
 }
 
 #[cfg(test)]

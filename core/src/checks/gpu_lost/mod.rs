@@ -2,7 +2,7 @@
 
 use super::label::{label, on_gpu};
 use super::{Check, CheckInput};
-use crate::finding::{Action, Finding};
+use crate::finding::{Action, Finding, Remedy};
 use crate::snapshot::GpuSnapshot;
 
 pub struct GpuLost;
@@ -32,7 +32,7 @@ fn lost(g: &GpuSnapshot, out: &mut Vec<Finding>) {
             Action::Drain,
             format!("{l} lost (fallen off the bus)"),
             format!("{l} answers NVML_ERROR_GPU_IS_LOST: it fell off the bus; the node needs a reboot and a hardware check"),
-        ));
+        ).with_remedy(Remedy::Reboot));
     }
 }
 

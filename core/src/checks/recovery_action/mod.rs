@@ -2,7 +2,7 @@
 
 use super::label::{answering, label, on_gpu};
 use super::{Check, CheckInput};
-use crate::finding::{Action, Finding};
+use crate::finding::{Action, Finding, Remedy};
 use crate::snapshot::GpuSnapshot;
 
 pub struct RecoveryAction;
@@ -25,7 +25,10 @@ impl Check for RecoveryAction {
 
 /// NVML's persistent recovery action: the same nvmlDeviceGpuRecoveryAction_t
 /// an Xid 154 announces, read even when that record was missed. Every
-/// action but none needs a reset or a reboot: drain.
+/// action but none drains; the ones a reset or a reboot carries out (GPU
+/// reset, node reboot, drain and reset, bus reset, system reboot) are
+/// cleared by a reboot, the others (P2P drain, IMEX recovery, unknown)
+/// need a person.
 fn recovery_action(g: &GpuSnapshot, out: &mut Vec<Finding>) {
     let Some(a) = g.recovery_action.filter(|a| *a != 0) else {
         return;
@@ -40,6 +43,11 @@ fn recovery_action(g: &GpuSnapshot, out: &mut Vec<Finding>) {
         7 => "system reboot",
         _ => "an unknown action",
     };
+    let remedy = if matches!(a, 1 | 2 | 4 | 6 | 7) {
+        Remedy::Reboot
+    } else {
+        Remedy::Person
+    };
     let l = label(g);
     out.push(on_gpu(
         g,
@@ -47,7 +55,7 @@ fn recovery_action(g: &GpuSnapshot, out: &mut Vec<Finding>) {
         Action::Drain,
         format!("recovery action {l}: {what}"),
         format!("{l}: the driver requires a recovery action ({a}: {what}) before the GPU can be trusted again"),
-    ));
+    ).with_remedy(remedy));
 }
 
 #[cfg(test)]

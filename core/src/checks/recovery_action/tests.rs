@@ -14,3 +14,19 @@ fn any_recovery_action_but_none_drains() {
     );
     assert_eq!(f.summary, "recovery action GPU4 0000:1c:00.0: node reboot");
 }
+
+#[test]
+fn only_a_reset_or_reboot_action_is_cleared_by_a_reboot() {
+    use crate::finding::Remedy;
+    let remedy_of = |a: u32| {
+        let mut s = healthy();
+        s.gpus[4].recovery_action = Some(a);
+        only(&run(&s)).remedy
+    };
+    for a in [1, 2, 4, 6, 7] {
+        assert_eq!(remedy_of(a), Remedy::Reboot, "action {a}");
+    }
+    for a in [3, 5, 99] {
+        assert_eq!(remedy_of(a), Remedy::Person, "action {a}");
+    }
+}

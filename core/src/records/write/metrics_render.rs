@@ -250,6 +250,7 @@ fn render_ledger(out: &mut Out, ledger: Option<&Ledger>) {
         let handling = match f.handling {
             Handling::New => "new",
             Handling::Drained { .. } => "drained",
+            Handling::Rebooted { .. } => "rebooted",
             Handling::Pending { cause, since_ms } => {
                 let label = CAUSES
                     .iter()

@@ -19,6 +19,7 @@ fn fault(check: &str, gpu: u32, action: Action, handling: Handling) -> Fault {
         last_ms: 2_000,
         handling,
         provisional: false,
+        remedy: Default::default(),
     }
 }
 

@@ -1,0 +1,240 @@
+//! Reboots through Slurm (`[remediation]`): whether the node's faults
+//! call for one, what its drain reason says, and what a new boot means
+//! for the faults it was asked for. Pure: `run::act` talks to Slurm.
+
+use crate::config::RemediationConfig;
+use crate::finding::{Remedy, INSPECTION_MARK, REBOOT_MARK};
+
+use super::{Handling, Ledger, RebootAsked, RebootDone, MAX_REBOOTS};
+
+impl Ledger {
+    /// The kinds of fault to ask Slurm a reboot for, when the policy
+    /// allows one now: `[remediation] reboot` on, no reboot asked and not
+    /// seen happen yet, every open fault cleared by a reboot, and each of
+    /// their kinds rebooted fewer than `max_reboots` times within the
+    /// window. Never for a fault that needs a person or an inspection.
+    pub fn reboot_wanted(&self, cfg: &RemediationConfig, now_ms: u64) -> Option<Vec<String>> {
+        if !cfg.reboot || self.reboot_asked.is_some() {
+            return None;
+        }
+        let mut kinds = Vec::new();
+        for f in self.open_faults() {
+            if f.remedy != Remedy::Reboot {
+                return None;
+            }
+            kinds.push(f.id.kind());
+        }
+        kinds.sort();
+        kinds.dedup();
+        let window = cfg.window_ms();
+        let spent = |k: &String| self.reboots_for(k, now_ms, window) >= cfg.max_reboots as usize;
+        if kinds.is_empty() || kinds.iter().any(spent) {
+            return None;
+        }
+        Some(kinds)
+    }
+
+    /// How the drain reason ends instead of its kind: hardware
+    /// inspection when a fault came back after too many reboots; a
+    /// reboot when one is to be asked (`reboot`) or was asked for every
+    /// open fault.
+    pub(super) fn reason_mark(&self, reboot: bool) -> Option<&'static str> {
+        if self.open_faults().any(|f| f.remedy == Remedy::Inspection) {
+            return Some(INSPECTION_MARK);
+        }
+        let asked_covers =
+            self.reboot_asked.is_some() && self.open_faults().all(|f| f.remedy == Remedy::Reboot);
+        (reboot || asked_covers).then_some(REBOOT_MARK)
+    }
+
+    /// Slurm took the reboot asked for `kinds` in the boot `boot_id`.
+    pub fn reboot_requested(&mut self, at_ms: u64, boot_id: &str, kinds: Vec<String>) {
+        self.reboot_asked = Some(RebootAsked {
+            at_ms,
+            boot_id: boot_id.to_string(),
+            kinds,
+        });
+    }
+
+    /// A run of boot `boot_id`: when it is another boot than the one a
+    /// reboot was asked in, the reboot happened. Its faults are cleared
+    /// by it (`Rebooted`; found again, they are new again and the reboot
+    /// counts toward inspection); any other fault drained meanwhile is
+    /// to be drained again (Slurm returned the node after the reboot, no
+    /// person did). True when a reboot was seen.
+    pub fn boot_seen(&mut self, boot_id: &str, now_ms: u64, window_ms: u64) -> bool {
+        let happened = self
+            .reboot_asked
+            .as_ref()
+            .is_some_and(|r| !boot_id.is_empty() && r.boot_id != boot_id);
+        if !happened {
+            return false;
+        }
+        let Some(asked) = self.reboot_asked.take() else {
+            return false;
+        };
+        for f in &mut self.faults {
+            if asked.kinds.contains(&f.id.kind()) {
+                f.handling = Handling::Rebooted { at_ms: now_ms };
+            } else if f.drained() {
+                f.handling = Handling::New;
+            }
+        }
+        self.drain = None;
+        self.held = None;
+        self.reboots.push(RebootDone {
+            at_ms: asked.at_ms,
+            kinds: asked.kinds,
+        });
+        let from = now_ms.saturating_sub(window_ms);
+        self.reboots.retain(|r| r.at_ms >= from);
+        if self.reboots.len() > MAX_REBOOTS {
+            let excess = self.reboots.len() - MAX_REBOOTS;
+            self.reboots.drain(..excess);
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RecoveryConfig;
+    use crate::finding::{Action, Finding};
+    use crate::ledger::{Plan, Recorded, RunView};
+
+    const HOUR: u64 = 3_600_000;
+
+    fn view(now_ms: u64) -> RunView {
+        RunView {
+            now_ms,
+            config_ok: true,
+            scans_kernel_log: true,
+            at_job_end: false,
+        }
+    }
+
+    fn xid(code: u32, remedy: Remedy) -> Finding {
+        let mut f = Finding::gpu(
+            "xid",
+            Action::Drain,
+            3,
+            Some("0000:18:00.0"),
+            format!("Xid {code} GPU3 0000:18:00.0"),
+            format!("Xid {code} on GPU3"),
+        )
+        .with_remedy(remedy);
+        f.code = Some(code);
+        f
+    }
+
+    fn on() -> RemediationConfig {
+        RemediationConfig {
+            reboot: true,
+            ..RemediationConfig::default()
+        }
+    }
+
+    fn see(l: &mut Ledger, f: &[Finding], now: u64, cfg: &RemediationConfig) {
+        l.observe(f, &view(now), &RecoveryConfig::default(), cfg);
+    }
+
+    fn reason(l: &Ledger, cfg: &RemediationConfig, now: u64) -> String {
+        let reboot = l.reboot_wanted(cfg, now).is_some();
+        match l.plan_marked(true, reboot) {
+            Plan::Drain { reason, .. } => reason,
+            p => panic!("{p:?}"),
+        }
+    }
+
+    /// Drain, ask, reboot into boot `boot`.
+    fn reboot_cycle(l: &mut Ledger, cfg: &RemediationConfig, now: u64, boot: &str) {
+        let r = reason(l, cfg, now);
+        assert!(r.ends_with(REBOOT_MARK), "{r}");
+        l.record(&Recorded::Drained { reason: r }, true, now);
+        let kinds = l.reboot_wanted(cfg, now).expect("a reboot");
+        l.reboot_requested(now, &format!("before-{boot}"), kinds);
+        assert!(l.reboot_wanted(cfg, now).is_none(), "one reboot at a time");
+        assert!(!l.boot_seen(&format!("before-{boot}"), now + 1, cfg.window_ms()));
+        assert!(l.boot_seen(boot, now + 2, cfg.window_ms()));
+    }
+
+    #[test]
+    fn off_by_default_and_never_for_a_person() {
+        let mut l = Ledger::new("n1");
+        let off = RemediationConfig::default();
+        see(&mut l, &[xid(79, Remedy::Reboot)], 0, &off);
+        assert_eq!(l.reboot_wanted(&off, 0), None);
+        assert!(reason(&l, &off, 0).ends_with(" (drain)"));
+        let mut mixed = Ledger::new("n1");
+        see(
+            &mut mixed,
+            &[xid(79, Remedy::Reboot), xid(48, Remedy::Person)],
+            0,
+            &on(),
+        );
+        assert_eq!(mixed.reboot_wanted(&on(), 0), None);
+        assert!(reason(&mixed, &on(), 0).ends_with(" (drain)"));
+    }
+
+    #[test]
+    fn a_reboot_clears_its_fault_and_the_third_time_is_inspection() {
+        let cfg = on();
+        let mut l = Ledger::new("n1");
+        see(&mut l, &[xid(79, Remedy::Reboot)], 0, &cfg);
+        reboot_cycle(&mut l, &cfg, 0, "b1");
+        assert!(l.faults.iter().all(|f| f.rebooted()));
+        assert_eq!(l.plan(true), Plan::Quiet, "cleared by the reboot");
+        assert_eq!(l.reboots.len(), 1);
+        // Back after the first reboot: one more is allowed.
+        see(&mut l, &[xid(79, Remedy::Reboot)], HOUR, &cfg);
+        assert!(!l.faults[0].rebooted());
+        reboot_cycle(&mut l, &cfg, HOUR, "b2");
+        // Back after the second: hardware inspection, no third reboot.
+        see(&mut l, &[xid(79, Remedy::Reboot)], 2 * HOUR, &cfg);
+        assert_eq!(l.faults[0].remedy, Remedy::Inspection);
+        assert_eq!(l.reboot_wanted(&cfg, 2 * HOUR), None);
+        let r = reason(&l, &cfg, 2 * HOUR);
+        assert!(r.ends_with(INSPECTION_MARK), "{r}");
+        assert!(r.contains("back after 2 reboots in 168 h"), "{r}");
+        // Out of the window the count starts over.
+        let mut late = Ledger::new("n1");
+        late.reboots = l.reboots.clone();
+        see(&mut late, &[xid(79, Remedy::Reboot)], 200 * HOUR, &cfg);
+        assert!(late.reboot_wanted(&cfg, 200 * HOUR).is_some());
+    }
+
+    #[test]
+    fn an_admins_resume_starts_the_reboot_count_over() {
+        let cfg = on();
+        let mut l = Ledger::new("n1");
+        for round in 0..2 {
+            see(&mut l, &[xid(79, Remedy::Reboot)], round * HOUR, &cfg);
+            reboot_cycle(&mut l, &cfg, round * HOUR, &format!("b{round}"));
+        }
+        see(&mut l, &[xid(79, Remedy::Reboot)], 2 * HOUR, &cfg);
+        assert_eq!(l.faults[0].remedy, Remedy::Inspection);
+        l.returned(false, 3 * HOUR, HOUR);
+        assert!(l.reboots.is_empty() && l.reboot_asked.is_none());
+        see(&mut l, &[xid(79, Remedy::Reboot)], 4 * HOUR, &cfg);
+        assert!(l.reboot_wanted(&cfg, 4 * HOUR).is_some());
+        // Someone returned it with scontrol: no reboot of ours stands.
+        l.reboot_requested(4 * HOUR, "b9", vec!["Xid 79".into()]);
+        l.returned_by_someone(&[]);
+        assert!(l.reboot_asked.is_none());
+    }
+
+    #[test]
+    fn a_new_boot_without_an_asked_reboot_changes_nothing() {
+        let cfg = on();
+        let mut l = Ledger::new("n1");
+        see(&mut l, &[xid(79, Remedy::Reboot)], 0, &cfg);
+        assert!(!l.boot_seen("other", 1, cfg.window_ms()));
+        l.reboot_requested(0, "b0", vec!["xid:79".into()]);
+        assert!(
+            !l.boot_seen("", 1, cfg.window_ms()),
+            "an unreadable boot id"
+        );
+        assert!(l.reboot_asked.is_some());
+    }
+}

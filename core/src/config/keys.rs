@@ -42,7 +42,7 @@ pub const RANGES: &[KeyRange] = &[
     range("brake.settle_ms", 100.0, 10_000.0),
     range("brake.claim_timeout_ms", 200.0, 60_000.0),
     range("brake.max_drained", 0.0, 1_000_000.0),
-    range("brake.window_minutes", 1.0, 1440.0),
+    range("brake.window_minutes", 0.0, 1440.0),
     range("brake.max_window_fraction", 0.0, 1.0),
     range("recovery.quiet_time_s", 0.0, 604_800.0),
     range("recovery.escalate_after_returns", 0.0, 100.0),

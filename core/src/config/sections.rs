@@ -49,7 +49,8 @@ pub struct BrakeConfig {
     pub max_drained: u32,
     /// The brake in time: of the nodes in scope, at most
     /// `max_window_fraction` may have been drained (or rebooted) by
-    /// gpu-health within the last `window_minutes`, returned or not.
+    /// gpu-health within the last `window_minutes`, returned or not
+    /// (0: no window).
     pub window_minutes: u64,
     pub max_window_fraction: f64,
 }

@@ -2,7 +2,8 @@
 //! absolute cap on gpu-health's drains (`[brake] max_drained`) and a
 //! sliding time window (at most `max_window_fraction` of the nodes in
 //! scope drained or rebooted by gpu-health within `window_minutes`,
-//! returned since or not). Pure: `brake::rank` counts, this decides.
+//! returned since or not; `window_minutes = 0`: no window). Pure:
+//! `brake::rank` counts, this decides.
 //!
 //! When other nodes were drained is read from their Comment
 //! (`gpu-health-drained:<ms>`, written by the drain that replaces the
@@ -62,7 +63,7 @@ pub fn hold(cfg: &BrakeConfig, c: &InScope) -> Option<String> {
         ));
     }
     let allowed = window_allowed(cfg, c.total);
-    if c.recent + c.claims_before >= allowed {
+    if cfg.window_minutes > 0 && c.recent + c.claims_before >= allowed {
         return Some(format!(
             "drain brake: {} of {} nodes in scope drained by gpu-health within the last {} min \
              and {} claimed a drain before this node; at most {allowed} in the window \
@@ -132,6 +133,13 @@ mod tests {
             .unwrap()
             .contains("max_drained"));
         assert!(hold(&c, &counts(10, 0, 0, 5)).unwrap().contains("window"));
+        // window_minutes = 0: no window, the cap still holds.
+        let off = BrakeConfig {
+            window_minutes: 0,
+            ..c
+        };
+        assert_eq!(hold(&off, &counts(10, 1, 0, 9)), None);
+        assert!(hold(&off, &counts(10, 2, 0, 9)).is_some());
     }
 
     #[test]

@@ -35,6 +35,8 @@ now_ms() { printf '%s\n' "$((${EPOCHREALTIME/./} / 1000))"; }
 secs() { awk -v ms="$1" 'BEGIN { printf "%.1f", ms / 1000 }'; }
 sleep_ms() {
     local d
+    # Past already (a loaded machine between the two clock reads): no wait.
+    (($1 > 0)) || return 0
     printf -v d '%d.%03d' $(($1 / 1000)) $(($1 % 1000))
     sleep "$d"
 }

@@ -11,6 +11,7 @@
 
 use gpu_health_core::config::{BrakeConfig, BrakeScope};
 use gpu_health_core::ops::brake::{self, claim_lifetime_ms, BrakeVerdict};
+use gpu_health_core::ops::brake_window;
 use gpu_health_core::slurm::NodeInfo;
 use proptest::prelude::*;
 
@@ -56,6 +57,9 @@ struct Timing {
 struct Cluster {
     nodes: Vec<Node>,
     claims: Vec<Option<u64>>,
+    /// The time stamp each drain of gpu-health leaves in the node's
+    /// Comment (the time window counts by it).
+    drained_at: Vec<Option<u64>>,
     cfg: BrakeConfig,
 }
 
@@ -75,7 +79,7 @@ impl Cluster {
                     reason_time: None,
                     partitions: vec!["main".to_string()],
                     claim_ms: self.claims[i],
-                    drained_ms: None,
+                    drained_ms: self.drained_at[i],
                 }
             })
             .collect()
@@ -98,6 +102,7 @@ fn storm(
 ) -> (usize, usize, usize, Vec<String>) {
     let mut c = Cluster {
         claims: vec![None; initial.len()],
+        drained_at: vec![None; initial.len()],
         nodes: initial,
         cfg,
     };
@@ -144,6 +149,7 @@ fn storm(
             Event::Drain { node } => {
                 c.nodes[node] = Node::Ours;
                 c.claims[node] = None;
+                c.drained_at[node] = Some(at);
             }
             Event::Look { node } => {
                 let t = timing[node].clone().unwrap();
@@ -248,7 +254,10 @@ proptest! {
             .collect();
         let wanted = failing.len();
         let (peak, end, given_up, log) = storm(c.clone(), vec![Node::InService; n], &failing);
-        let allowed = brake::allowed(&c, n);
+        // The whole storm lies within the time window (minutes; the
+        // storm lasts seconds): the window's share bounds it as well, by
+        // the same claims.
+        let allowed = brake::allowed(&c, n).min(brake_window::window_allowed(&c, n));
         prop_assert!(peak <= allowed, "peak {peak} > {allowed}\n{}", log.join("\n"));
         if given_up == 0 {
             prop_assert_eq!(end, allowed.min(wanted), "{}", log.join("\n"));

@@ -34,15 +34,15 @@ pub const TABLE: &[ModelRow] = &[
         label: "A100 SXM 80GB",
         nvml_names: &["A100-SXM4-80GB"],
         all_reduce_gbs: Some(228.0),
-        h2d_gbs: Some(20.0),
-        source: "all-reduce: Azure ND A100 v4 health checks (NCCL all-reduce 228 GB/s); \
-                 H2D: derived, ~80% of what PCIe Gen4 x16 delivers (~25 GB/s)",
+        h2d_gbs: Some(24.0),
+        source: "Azure ND A100 v4 health checks (azurehpc-health-checks conf/nd96asr_v4.conf: \
+                 check_nccl_allreduce 228.0, check_cuda_bw 24)",
     },
     ModelRow {
         label: "A100 SXM 40GB",
         nvml_names: &["A100-SXM4-40GB"],
         all_reduce_gbs: Some(228.0),
-        h2d_gbs: Some(20.0),
+        h2d_gbs: Some(24.0),
         source: "as A100 SXM 80GB: same NVLink 3 (600 GB/s) and PCIe Gen4 x16",
     },
     ModelRow {
@@ -64,10 +64,10 @@ pub const TABLE: &[ModelRow] = &[
     ModelRow {
         label: "H200",
         nvml_names: &["H200"],
-        all_reduce_gbs: Some(460.0),
-        h2d_gbs: Some(52.0),
-        source: "as H100 SXM: same NVLink 4 (900 GB/s) and PCIe Gen5 x16 (NVIDIA datasheet); \
-                 Azure's H100 figures",
+        all_reduce_gbs: Some(431.0),
+        h2d_gbs: Some(48.0),
+        source: "Azure ND H200 v5 health checks (azurehpc-health-checks \
+                 conf/nd96isr_h200_v5.conf: check_nccl_allreduce 431.0 at 16G, check_gpu_bw 48)",
     },
     ModelRow {
         label: "H200 NVL",

@@ -192,24 +192,16 @@ impl<'a> Assembler<'a> {
         process: Option<String>,
     ) -> XidEvent {
         XidEvent {
-            kind,
-            code,
-            fallen_off_bus: false,
             pci,
-            gpu: None,
-            gpu_instance: None,
-            uuid: None,
             pid,
             process,
-            message,
             time_ms: self.ctx.resolve(&stamp).and_then(|t| u64::try_from(t).ok()),
             monotonic_us: match stamp {
                 Stamp::Monotonic { us } => Some(us),
                 _ => None,
             },
             seq,
-            forgeable: false,
-            count: 1,
+            ..XidEvent::new(kind, code, message)
         }
     }
 }

@@ -61,6 +61,29 @@ fn is_one(n: &u64) -> bool {
 }
 
 impl XidEvent {
+    /// An event with its kind, code and message and nothing else known
+    /// yet (no address, GPU, process or time; seen once); the readers fill
+    /// in what their line holds.
+    pub fn new(kind: EventKind, code: u32, message: impl Into<String>) -> XidEvent {
+        XidEvent {
+            kind,
+            code,
+            fallen_off_bus: false,
+            pci: None,
+            gpu: None,
+            gpu_instance: None,
+            uuid: None,
+            pid: None,
+            process: None,
+            message: message.into(),
+            time_ms: None,
+            monotonic_us: None,
+            seq: None,
+            forgeable: false,
+            count: 1,
+        }
+    }
+
     /// `Xid 79` or `SXid 12028`.
     pub fn label(&self) -> String {
         match self.kind {

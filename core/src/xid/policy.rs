@@ -274,21 +274,8 @@ mod tests {
 
     fn event(kind: EventKind, code: u32, message: &str) -> XidEvent {
         XidEvent {
-            kind,
-            code,
-            fallen_off_bus: false,
             pci: Some("0000:18:00.0".into()),
-            gpu: None,
-            gpu_instance: None,
-            uuid: None,
-            pid: None,
-            process: None,
-            message: message.into(),
-            time_ms: None,
-            monotonic_us: None,
-            seq: None,
-            forgeable: false,
-            count: 1,
+            ..XidEvent::new(kind, code, message)
         }
     }
 

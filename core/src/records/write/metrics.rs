@@ -387,21 +387,8 @@ mod tests {
 
     fn ev(code: u32, seq: u64) -> XidEvent {
         XidEvent {
-            kind: EventKind::Xid,
-            code,
-            fallen_off_bus: false,
-            pci: None,
-            gpu: None,
-            gpu_instance: None,
-            uuid: None,
-            pid: None,
-            process: None,
-            message: String::new(),
-            time_ms: None,
-            monotonic_us: None,
             seq: Some(seq),
-            forgeable: false,
-            count: 1,
+            ..XidEvent::new(EventKind::Xid, code, "")
         }
     }
 

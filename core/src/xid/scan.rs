@@ -160,6 +160,21 @@ pub fn judge_new(
             lost_records: 0,
         };
     }
+    if new.events.is_empty() && state.history.is_empty() {
+        // Nothing to judge and no repeat history to prune: the healthy
+        // path, which then never builds the policy table.
+        if new.cursor.is_some() {
+            state.cursor = new.cursor.clone();
+        }
+        return ScanOutcome {
+            events: Vec::new(),
+            findings: Vec::new(),
+            state,
+            notes: new.notes.clone(),
+            skipped_old: new.skipped_old,
+            lost_records: new.lost_records,
+        };
+    }
     let policy = Policy::from_config(cfg);
     let findings = judge(
         &new.events,

@@ -9,6 +9,7 @@
 //! [`split`] keeps together the lines a text source printed for one
 //! multi-line record. The functions are pure and never panic on any bytes.
 
+mod bytes;
 mod forms;
 mod split;
 mod stamps;

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::metrics::{GpuLabel, HealthMetrics};
+use super::metrics_state::{GpuLabel, HealthMetrics};
 use crate::finding::Action;
 use crate::ledger::{Handling, Ledger, PendingCause};
 use crate::records::record::{GpuRecord, JobRecord};
@@ -345,7 +345,7 @@ fn render_xids(out: &mut Out, h: &HealthMetrics) {
 
 fn render_power(out: &mut Out, h: &HealthMetrics) {
     let gpus = h.power.as_ref().map_or(&[][..], |p| &p.gpus[..]);
-    type Pick = fn(&super::metrics::GpuPower) -> Option<f64>;
+    type Pick = fn(&super::metrics_state::GpuPower) -> Option<f64>;
     let families: [(&str, &str, Pick); 2] = [
         (
             "gpu_health_gpu_power_watts",

@@ -6,6 +6,7 @@ mod compute;
 mod job_power;
 pub mod metrics;
 mod metrics_render;
+mod metrics_state;
 #[cfg(test)]
 mod metrics_tests;
 mod prometheus;

@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 use memchr::memmem;
 
-use super::wrapper::{trim_spaces, trim_spaces_start};
+use super::bytes::{trim_spaces, trim_spaces_start};
 use super::Payload;
 use crate::snapshot::normalize_pci;
 

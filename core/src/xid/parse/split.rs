@@ -32,9 +32,10 @@
 //! - bare messages (`journalctl -o cat`) have no prefix at all: every
 //!   line goes on, up to the end the record's kind allows.
 
+use super::bytes::trim_spaces_start;
 use super::forms::{embeds_user_text, ends_user_text, first_line, holds_user_text_end};
 use super::forms::{lines, may_name_a_process, xid_name_open};
-use super::wrapper::{has_syslog_header, trim_spaces_start, wrapper_len, wraps_every_line};
+use super::wrapper::{has_syslog_header, wrapper_len, wraps_every_line};
 use super::{parse_line, unwrap};
 
 /// Lines of an API-mismatch message: five of the driver's, one more per

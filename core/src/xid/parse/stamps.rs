@@ -7,7 +7,7 @@
 //! [`Stamp::None`], "time unknown", and the record is read all the same.
 
 use super::super::stamp::{utc_to_unix, Stamp};
-use super::wrapper::{take_number, trim_spaces};
+use super::bytes::{take_number, trim_spaces};
 
 /// `%b` month names, lower case without a trailing `.`, as glibc writes
 /// them in the locales most seen on cluster nodes: C/English, German,

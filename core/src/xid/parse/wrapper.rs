@@ -5,6 +5,7 @@
 //! read makes the record's time unknown, never the record lost.
 
 use super::super::stamp::Stamp;
+use super::bytes::{take_number, trim_spaces, trim_spaces_start};
 use super::stamps::{self, better, bracketed, is_caller_id, looks_iso, syslog_date};
 
 /// Which kind of source wrote a line, as its wrapper tells.
@@ -348,28 +349,4 @@ fn kernel_tagged(rest: &[u8]) -> Option<&[u8]> {
         }
     }
     Some(body)
-}
-
-pub(super) fn take_number(s: &[u8]) -> Option<(u64, &[u8])> {
-    let n = s.iter().take_while(|b| b.is_ascii_digit()).count();
-    if n == 0 || n > 19 {
-        return None;
-    }
-    let v = std::str::from_utf8(&s[..n]).ok()?.parse().ok()?;
-    Some((v, &s[n..]))
-}
-
-pub(super) fn trim_spaces_start(mut s: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = s {
-        s = rest;
-    }
-    s
-}
-
-pub(super) fn trim_spaces(s: &[u8]) -> &[u8] {
-    let mut s = trim_spaces_start(s);
-    while let [rest @ .., b' ' | b'\t'] = s {
-        s = rest;
-    }
-    s
 }

@@ -11,7 +11,6 @@ use crate::verdict::Mode;
 
 use super::options::{argument, known_keys, Kind};
 
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginArgs {
     /// Mode of jobs that do not give `--gpu-health`.

@@ -264,12 +264,7 @@ mod tests {
                 a.name
             );
             let allowed = |c: char| {
-                c.is_ascii_lowercase()
-                    || if a.is_argument() {
-                        c == '_'
-                    } else {
-                        c == '-'
-                    }
+                c.is_ascii_lowercase() || if a.is_argument() { c == '_' } else { c == '-' }
             };
             assert!(a.name.chars().all(allowed), "{}", a.name);
             // They become C strings for Slurm.

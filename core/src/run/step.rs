@@ -53,7 +53,10 @@ impl StepStart {
                 .or_else(|| job_env(k))
         });
         let loaded = config::load_for_node(explicit, &node, &slurmstepd_env);
-        let mut notes: Vec<String> = node_note.map(|n| format!("gpu-health: {n}")).into_iter().collect();
+        let mut notes: Vec<String> = node_note
+            .map(|n| format!("gpu-health: {n}"))
+            .into_iter()
+            .collect();
         notes.extend(loaded.error_line());
         let state = StateDir::open_existing(&loaded.config.state_dir);
         StepStart {
@@ -90,14 +93,20 @@ mod tests {
     fn node_from_slurmstepd_first_then_the_jobs() {
         let t = tempfile::tempdir().unwrap();
         let conf = config_file(t.path());
-        let own = [("SLURMD_NODENAME", "n1"), ("GPU_HEALTH_CONFIG", conf.as_str())];
+        let own = [
+            ("SLURMD_NODENAME", "n1"),
+            ("GPU_HEALTH_CONFIG", conf.as_str()),
+        ];
         let job = [("SLURMD_NODENAME", "n7")];
         let s = StepStart::start(env(&own), env(&job), None);
         assert_eq!(s.node.as_str(), "n1");
         assert!(s.notes.is_empty(), "{:?}", s.notes);
         assert_eq!(s.config().state_dir, t.path().join("state-n1"));
         // An empty value of slurmstepd's counts as none.
-        let own = [("SLURMD_NODENAME", ""), ("GPU_HEALTH_CONFIG", conf.as_str())];
+        let own = [
+            ("SLURMD_NODENAME", ""),
+            ("GPU_HEALTH_CONFIG", conf.as_str()),
+        ];
         let s = StepStart::start(env(&own), env(&job), None);
         assert_eq!(s.node.as_str(), "n7");
         assert_eq!(s.config().state_dir, t.path().join("state-n7"));
@@ -109,7 +118,10 @@ mod tests {
     fn the_jobs_environment_never_names_the_configuration() {
         let t = tempfile::tempdir().unwrap();
         let conf = config_file(t.path());
-        let job = [("SLURMD_NODENAME", "n1"), ("GPU_HEALTH_CONFIG", conf.as_str())];
+        let job = [
+            ("SLURMD_NODENAME", "n1"),
+            ("GPU_HEALTH_CONFIG", conf.as_str()),
+        ];
         let missing = t.path().join("missing.toml");
         let s = StepStart::start(env(&[]), env(&job), Some(&missing));
         assert_ne!(s.loaded.path.display().to_string(), conf);

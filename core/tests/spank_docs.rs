@@ -76,6 +76,9 @@ fn a_differing_row_is_named() {
     assert_eq!(d.len(), 2, "{d:?}");
     assert!(d[0].contains("docs: | `a` | 9 |"), "{d:?}");
     assert!(d[1].starts_with("missing row 2"), "{d:?}");
-    let d = differences(&rows(&["| `a` | 1 |", "| `b` | 2 |", "| `c` | 3 |"]), &expected);
+    let d = differences(
+        &rows(&["| `a` | 1 |", "| `b` | 2 |", "| `c` | 3 |"]),
+        &expected,
+    );
     assert_eq!(d, ["row not in the code's table: | `c` | 3 |"]);
 }

@@ -3,11 +3,14 @@
 //! derived from the node's RDMA fabric, strict-mode refusal of steps on
 //! GPUs with warnings, and tensor-parallel placement checks.
 //!
-//! Contexts (see docs/spank.md): submission ([`local`]: sbatch, salloc,
-//! srun) validates and refuses; the step side ([`remote`]: slurmstepd)
-//! sets the environment and checks each step. The pure parts (the
-//! plugstack.conf arguments in `gpu_health_core::plugstack`, [`options`],
-//! [`nccl_setup`], [`step_checks`]) are tested without Slurm; the FFI glue is left out of
+//! Contexts (see docs/spank.md), one file each owning its state under
+//! `context/`: submission (`context::local`: sbatch, salloc, srun)
+//! validates and refuses; the step side (`context::remote`: slurmstepd)
+//! sets the environment and checks each step. `hooks` only exports the
+//! callbacks and hands each to its context. The pure parts (the
+//! plugstack.conf arguments and the table of arguments and options in
+//! `gpu_health_core::plugstack`, [`options`], [`nccl_setup`],
+//! [`step_checks`]) are tested without Slurm; the FFI glue is left out of
 //! test builds, which have no Slurm to link against.
 
 pub mod env_marker;
@@ -16,11 +19,9 @@ pub mod options;
 pub mod step_checks;
 
 #[cfg(not(test))]
+mod context;
+#[cfg(not(test))]
 mod hooks;
-#[cfg(not(test))]
-mod local;
-#[cfg(not(test))]
-mod remote;
 #[cfg(not(test))]
 mod spank;
 

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use gpu_health_core::verdict::Mode;
 
+use gpu_health_core::plugstack::options::user_options;
 use gpu_health_core::plugstack::PluginArgs;
 
 /// NCCL_DEBUG levels NCCL knows.
@@ -23,6 +24,28 @@ pub struct OptionValues {
     pub tp_size: Option<String>,
     /// `Some(None)`: `--nccl-debug` without a level.
     pub nccl_debug: Option<Option<String>>,
+}
+
+impl OptionValues {
+    /// Take the value Slurm gave the user option `name` (as the table in
+    /// `gpu_health_core::plugstack::options` names it); `false` for a
+    /// name this plugin does not handle.
+    pub fn set(&mut self, name: &str, value: Option<String>) -> bool {
+        match name {
+            "gpu-health" => self.gpu_health = value,
+            "tp-size" => self.tp_size = value,
+            "nccl-debug" => self.nccl_debug = Some(value),
+            _ => return false,
+        }
+        true
+    }
+}
+
+/// The user option Slurm's callback means by `val`: the option's place
+/// among the table's user options, from 1 (as the plugin registers them).
+pub fn user_option_name(val: i32) -> Option<&'static str> {
+    let place = usize::try_from(val).ok()?.checked_sub(1)?;
+    user_options().nth(place).map(|o| o.name)
 }
 
 /// The options once validated.

@@ -44,11 +44,11 @@ pub enum SetEnv {
     Failed(u32),
 }
 
-/// A user option of the plugin; strings are static NUL-terminated.
+/// A user option of the plugin, as Slurm takes it.
 pub struct OptionSpec {
-    pub name: &'static [u8],
-    pub arginfo: Option<&'static [u8]>,
-    pub usage: &'static [u8],
+    pub name: CString,
+    pub arginfo: Option<CString>,
+    pub usage: CString,
     /// 0 no argument, 1 required, 2 optional.
     pub has_arg: c_int,
     pub val: c_int,
@@ -68,15 +68,19 @@ impl Spank {
         cb: sys::spank_opt_cb_f,
     ) -> Result<(), String> {
         let mut opt = sys::spank_option {
-            name: spec.name.as_ptr().cast(),
-            arginfo: spec.arginfo.map_or(std::ptr::null(), |a| a.as_ptr().cast()),
-            usage: spec.usage.as_ptr().cast(),
+            name: spec.name.as_ptr(),
+            arginfo: spec
+                .arginfo
+                .as_ref()
+                .map_or(std::ptr::null(), |a| a.as_ptr()),
+            usage: spec.usage.as_ptr(),
             has_arg: spec.has_arg,
             val: spec.val,
             cb,
         };
-        // SAFETY: every pointer is a static NUL-terminated string; Slurm
-        // copies the struct during the call.
+        // SAFETY: every pointer is a NUL-terminated string that lives as
+        // long as the process (the specs are built once, in a static);
+        // Slurm copies the struct during the call.
         match unsafe { sys::spank_option_register(self.0, &mut opt) } {
             sys::ESPANK_SUCCESS => Ok(()),
             e => Err(strerror(e)),

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use crate::fabric::nccl::NcclPolicy;
 use crate::verdict::Mode;
 
-pub const KNOWN_KEYS: &str = "default_mode, allow_off, sysfs_root, config, nccl_ib_timeout, nccl_ib_tc, nccl_ib_sl, nccl_set, nccl_force";
+use super::options::{argument, known_keys, Kind};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginArgs {
@@ -68,20 +68,30 @@ pub fn parse_args<S: AsRef<str>>(words: &[S]) -> (PluginArgs, Vec<ArgProblem>) {
         };
         let Some((key, value)) = word.split_once('=') else {
             problems.push(problem(format!(
-                "expected key=value (known keys: {KNOWN_KEYS})"
+                "expected key=value (known keys: {})",
+                known_keys()
             )));
             continue;
         };
-        let repeatable = matches!(key, "nccl_set" | "nccl_force");
-        if let Err(message) = apply(&mut args, key, value) {
+        let Some(entry) = argument(key) else {
+            problems.push(problem(format!(
+                "unknown key (known keys: {}); {key} keeps its default",
+                known_keys()
+            )));
+            continue;
+        };
+        let Kind::Argument { repeatable, apply } = entry.kind else {
+            continue;
+        };
+        if let Err(message) = apply(&mut args, value) {
             problems.push(problem(format!("{message}; {key} keeps its default")));
             continue;
         }
         if !repeatable {
-            if seen.contains(&key) {
+            if seen.contains(&entry.name) {
                 problems.push(problem(format!("{key} given twice; the last one counts")));
-            } else if let Some(k) = static_key(key) {
-                seen.push(k);
+            } else {
+                seen.push(entry.name);
             }
         }
     }
@@ -95,52 +105,72 @@ pub fn parse_args<S: AsRef<str>>(words: &[S]) -> (PluginArgs, Vec<ArgProblem>) {
     (args, problems)
 }
 
-fn static_key(key: &str) -> Option<&'static str> {
-    KNOWN_KEYS.split(", ").find(|k| *k == key)
+// What each argument does with its value (the table in `options`
+// names them): `Err` says why the value cannot be used.
+
+pub(super) fn set_default_mode(args: &mut PluginArgs, value: &str) -> Result<(), String> {
+    args.default_mode = Mode::parse(value)
+        .filter(|_| value == value.trim())
+        .ok_or_else(|| format!("allowed values are {}", Mode::ALLOWED))?;
+    Ok(())
 }
 
-fn apply(args: &mut PluginArgs, key: &str, value: &str) -> Result<(), String> {
-    match key {
-        "default_mode" => {
-            args.default_mode = Mode::parse(value)
-                .filter(|_| value == value.trim())
-                .ok_or_else(|| format!("allowed values are {}", Mode::ALLOWED))?;
+pub(super) fn set_allow_off(args: &mut PluginArgs, value: &str) -> Result<(), String> {
+    args.allow_off = match value {
+        "yes" => true,
+        "no" => false,
+        _ => return Err("allowed values are yes, no".into()),
+    };
+    Ok(())
+}
+
+pub(super) fn set_sysfs_root(args: &mut PluginArgs, value: &str) -> Result<(), String> {
+    args.sysfs_root = Some(absolute_path(value)?);
+    Ok(())
+}
+
+pub(super) fn set_config(args: &mut PluginArgs, value: &str) -> Result<(), String> {
+    args.config = Some(absolute_path(value)?);
+    Ok(())
+}
+
+pub(super) fn set_nccl_ib_timeout(args: &mut PluginArgs, value: &str) -> Result<(), String> {
+    args.nccl.ib_timeout = number(value, 1, 31)?;
+    Ok(())
+}
+
+pub(super) fn set_nccl_ib_tc(args: &mut PluginArgs, value: &str) -> Result<(), String> {
+    args.nccl.ib_tc = Some(number(value, 0, 255)?);
+    Ok(())
+}
+
+pub(super) fn set_nccl_ib_sl(args: &mut PluginArgs, value: &str) -> Result<(), String> {
+    args.nccl.ib_sl = Some(number(value, 0, 15)?);
+    Ok(())
+}
+
+pub(super) fn add_nccl_set(args: &mut PluginArgs, value: &str) -> Result<(), String> {
+    let (name, val) = value
+        .split_once('=')
+        .ok_or_else(|| "expected nccl_set=NAME=VALUE".to_string())?;
+    env_name(name)?;
+    if val.is_empty() {
+        return Err(format!("empty value for {name}"));
+    }
+    args.nccl.set.retain(|(n, _)| n != name);
+    args.nccl.set.push((name.to_string(), val.to_string()));
+    Ok(())
+}
+
+pub(super) fn add_nccl_force(args: &mut PluginArgs, value: &str) -> Result<(), String> {
+    let names: Vec<&str> = value.split(',').collect();
+    for name in &names {
+        env_name(name)?;
+    }
+    for name in names {
+        if !args.nccl_force.iter().any(|n| n == name) {
+            args.nccl_force.push(name.to_string());
         }
-        "allow_off" => {
-            args.allow_off = match value {
-                "yes" => true,
-                "no" => false,
-                _ => return Err("allowed values are yes, no".into()),
-            };
-        }
-        "sysfs_root" => args.sysfs_root = Some(absolute_path(value)?),
-        "config" => args.config = Some(absolute_path(value)?),
-        "nccl_ib_timeout" => args.nccl.ib_timeout = number(value, 1, 31)?,
-        "nccl_ib_tc" => args.nccl.ib_tc = Some(number(value, 0, 255)?),
-        "nccl_ib_sl" => args.nccl.ib_sl = Some(number(value, 0, 15)?),
-        "nccl_set" => {
-            let (name, val) = value
-                .split_once('=')
-                .ok_or_else(|| "expected nccl_set=NAME=VALUE".to_string())?;
-            env_name(name)?;
-            if val.is_empty() {
-                return Err(format!("empty value for {name}"));
-            }
-            args.nccl.set.retain(|(n, _)| n != name);
-            args.nccl.set.push((name.to_string(), val.to_string()));
-        }
-        "nccl_force" => {
-            let names: Vec<&str> = value.split(',').collect();
-            for name in &names {
-                env_name(name)?;
-            }
-            for name in names {
-                if !args.nccl_force.iter().any(|n| n == name) {
-                    args.nccl_force.push(name.to_string());
-                }
-            }
-        }
-        _ => return Err(format!("unknown key (known keys: {KNOWN_KEYS})")),
     }
     Ok(())
 }

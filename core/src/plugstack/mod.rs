@@ -1,14 +1,17 @@
 //! The SPANK plugin's plugstack.conf line: its arguments (`args`,
 //! parsed the same way by the plugin inside slurmstepd and by the admin
-//! command), and finding that line in a plugstack.conf file with its
+//! command, from the one table of the plugin's arguments and options in
+//! [`options`]), and finding that line in a plugstack.conf file with its
 //! `include`d files, so that `gpu-health nccl-env` shows what the plugin
 //! would do with the arguments the admin gave it.
 
 mod args;
+pub mod options;
 
 use std::path::{Path, PathBuf};
 
-pub use args::{env_name, parse_args, ArgProblem, PluginArgs, KNOWN_KEYS};
+pub use args::{env_name, parse_args, ArgProblem, PluginArgs};
+pub use options::{known_keys, PluginOption, PLUGIN_OPTIONS};
 
 /// The plugin's file name, as plugstack.conf names it.
 pub const PLUGIN_FILE: &str = "libgpu_health_spank.so";

@@ -21,6 +21,7 @@ pub mod node_check;
 pub mod preview;
 pub mod prolog;
 pub mod resume;
+pub mod step;
 pub mod step_end;
 
 use std::path::Path;

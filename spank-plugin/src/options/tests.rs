@@ -68,6 +68,32 @@ fn tp_and_debug_values() {
         .contains("VERSION"));
 }
 
+/// Every user option of the core's table reaches its value, by the `val`
+/// the plugin registers it with.
+#[test]
+fn every_user_option_of_the_table_is_taken() {
+    let mut v = OptionValues::default();
+    let names: Vec<&str> = (1..=3).filter_map(user_option_name).collect();
+    assert_eq!(names, ["gpu-health", "tp-size", "nccl-debug"]);
+    for name in user_options().map(|o| o.name) {
+        assert!(v.set(name, Some("x".into())), "{name}");
+    }
+    assert_eq!(
+        v,
+        OptionValues {
+            gpu_health: Some("x".into()),
+            tp_size: Some("x".into()),
+            nccl_debug: Some(Some("x".into())),
+        }
+    );
+    assert!(v.set("nccl-debug", None));
+    assert_eq!(v.nccl_debug, Some(None));
+    assert!(!v.set("bogus", None));
+    for val in [0, 4, -1, i32::MAX] {
+        assert_eq!(user_option_name(val), None, "{val}");
+    }
+}
+
 #[test]
 fn debug_file_lands_in_cwd() {
     assert_eq!(

@@ -5,22 +5,28 @@
 //! and batch steps alike; docs/spank.md).
 //!
 //! init_post_opt must always succeed (a failure there drains the node), so
-//! it only sets variables and remembers what the task callbacks need; the
-//! root-only state files are read in task_init_privileged, whose failure
-//! fails the step without draining.
+//! it only sets variables and remembers what the task callbacks need: the
+//! core's start of the step side (`run::step::StepStart`: node name,
+//! configuration, the state directory opened for reading, never created);
+//! the root-only state files are read in task_init_privileged, whose
+//! failure fails the step without draining.
+//!
+//! This file owns the context's state: [`StepSetup`], set once per
+//! slurmstepd, and the count of exited tasks.
 
 use std::os::raw::c_int;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 
-use gpu_health_core::config::{self, Config, StepEndConfig};
-use gpu_health_core::ids::{self, JobId, NodeName};
-use gpu_health_core::state::StateDir;
+use gpu_health_core::ids::JobId;
+use gpu_health_core::run::step::StepStart;
 use gpu_health_core::topology::check_node_groups;
 use gpu_health_core::verdict::Mode;
 
 use crate::env_marker::{should_write, SetByPlugin, MARKER};
 use crate::nccl_setup::nccl_for_step;
-use crate::options::{nccl_debug_file, read_lenient, JobOptions, OptionValues};
+use crate::options::{nccl_debug_file, read_lenient, JobOptions};
 use crate::spank::{self, SetEnv, Spank};
 use crate::step_checks::{
     health_report, job_gpus, long_enough_for_notice, read_topology, read_verdict, step_end_gpus,
@@ -30,40 +36,84 @@ use gpu_health_core::plugstack::PluginArgs;
 use gpu_health_core::run::step_end::gpu_list;
 use gpu_health_core::text::printable;
 
+/// What init_post_opt learned, for the task callbacks: set once per
+/// slurmstepd, inherited by the forked task processes.
+static STEP: OnceLock<StepSetup> = OnceLock::new();
+
+/// Tasks of this step on this node that have exited (task_exit runs in
+/// slurmstepd itself, once per task).
+static TASKS_EXITED: AtomicU32 = AtomicU32::new(0);
+
 /// Step ids at or above this are Slurm's special steps (batch script,
 /// extern, interactive): no srun task layout to check there.
 const FIRST_SPECIAL_STEP_ID: u32 = 0xffff_fff0;
 
-/// What init_post_opt learned for the task callbacks (inherited by the
-/// forked task processes).
-#[derive(Debug, Clone)]
+/// What init_post_opt learned for the task callbacks.
 pub struct StepSetup {
     pub opts: JobOptions,
-    pub node: NodeName,
-    /// The configuration's, `%n` expanded as for the prolog.
-    pub state_dir: PathBuf,
+    /// Node, configuration (`%n` expanded as for the prolog), state
+    /// directory and start time, from the core.
+    pub start: StepStart,
     pub job_id: Option<JobId>,
     pub step_id: Option<u32>,
-    /// Unix ms of init_post_opt: the step's processes start after it.
-    pub started_ms: u64,
-    pub step_end: StepEndConfig,
     /// plugstack.conf's `config=`, passed on to `gpu-health step-end`.
     pub config_arg: Option<PathBuf>,
 }
 
-/// init_post_opt in slurmstepd. Never fails; the caller keeps what it
-/// returns for the task callbacks.
-pub fn setup_step(spank: &Spank, values: &OptionValues, args: &PluginArgs) -> StepSetup {
-    let (opts, notes) = read_lenient(values, args);
+/// init_post_opt in slurmstepd. Never fails (a failure there drains the
+/// node). `process_env` is slurmstepd's own environment.
+pub fn init_post_opt(
+    spank: &Spank,
+    args: &PluginArgs,
+    process_env: impl Fn(&str) -> Option<String>,
+) {
+    let setup = setup_step(spank, args, process_env);
+    if STEP.set(setup).is_err() {
+        spank::verbose(
+            "gpu-health: init_post_opt ran twice in one slurmstepd; the first setup stays",
+        );
+    }
+}
+
+/// task_init_privileged, in the task's forked process: see [`check_task`].
+pub fn task_init_privileged(spank: &Spank) -> c_int {
+    match STEP.get() {
+        Some(setup) => check_task(spank, setup),
+        None => 0,
+    }
+}
+
+/// Once per task, in slurmstepd after the task has exited. The node's last
+/// task ends the step here: its messages still reach the step's output.
+pub fn task_exit(spank: &Spank) {
+    let exited = TASKS_EXITED
+        .fetch_add(1, Ordering::Relaxed)
+        .saturating_add(1);
+    if exited != spank.local_task_count().unwrap_or(1) {
+        return;
+    }
+    if let Some(setup) = STEP.get() {
+        end_step(spank, setup);
+    }
+}
+
+fn setup_step(
+    spank: &Spank,
+    args: &PluginArgs,
+    process_env: impl Fn(&str) -> Option<String>,
+) -> StepSetup {
+    let (opts, notes) = read_lenient(&super::option_values(), args);
     for n in notes {
         spank::error(&format!("gpu-health: {n}"));
     }
-    let node = node_name(spank);
-    let config = load_config(args, &node);
+    let start = StepStart::start(process_env, |k| spank.getenv(k), args.config.as_deref());
+    for line in &start.notes {
+        spank::error(line);
+    }
     let sysfs_root = args
         .sysfs_root
         .clone()
-        .unwrap_or_else(|| config.sysfs_root.clone());
+        .unwrap_or_else(|| start.config().sysfs_root.clone());
     let mut env = EnvWriter::new(spank, args);
     set_nccl_env(&mut env, &sysfs_root, args);
     if let Some(level) = &opts.nccl_debug {
@@ -72,42 +122,11 @@ pub fn setup_step(spank: &Spank, values: &OptionValues, args: &PluginArgs) -> St
     env.finish();
     StepSetup {
         opts,
-        node,
-        state_dir: config.state_dir,
+        start,
         job_id: spank.job_id().map(JobId::from),
         step_id: spank.step_id(),
-        started_ms: gpu_health_core::time::unix_ms(),
-        step_end: config.step_end,
         config_arg: args.config.clone(),
     }
-}
-
-/// The Slurm node name, by the core's one rule: slurmd's own
-/// SLURMD_NODENAME (slurmd sets it in its environment; slurmstepd inherits
-/// it; several slurmd may share a host), else the job's, else the short
-/// host name. The job's comes second: in a batch job it is the batch
-/// node's, exported to every step.
-fn node_name(spank: &Spank) -> NodeName {
-    let (node, note) = ids::this_node(|k| {
-        std::env::var(k)
-            .ok()
-            .filter(|v| !v.is_empty())
-            .or_else(|| spank.getenv(k))
-    });
-    if let Some(n) = note {
-        spank::error(&format!("gpu-health: {n}"));
-    }
-    node
-}
-
-/// The same loader as the prolog's (drop-in, `%n`), so both find the
-/// same state directory.
-fn load_config(args: &PluginArgs, node: &NodeName) -> Config {
-    let loaded = config::load_for_node(args.config.as_deref(), node, |k| std::env::var(k).ok());
-    if let Some(line) = loaded.error_line() {
-        spank::error(&line);
-    }
-    loaded.config
 }
 
 fn set_nccl_env(env: &mut EnvWriter, sysfs_root: &Path, args: &PluginArgs) {
@@ -197,7 +216,7 @@ impl<'a> EnvWriter<'a> {
 
 /// task_init_privileged: per-task NCCL_DEBUG_FILE, then the verdict and TP
 /// checks. Non-zero refuses the step (every task fails; task 0 explains).
-pub fn check_task(spank: &Spank, setup: &StepSetup) -> c_int {
+fn check_task(spank: &Spank, setup: &StepSetup) -> c_int {
     if setup.opts.nccl_debug.is_some() {
         // Tasks are forked in the job's working directory.
         let cwd = std::env::current_dir().ok();
@@ -214,9 +233,9 @@ pub fn check_task(spank: &Spank, setup: &StepSetup) -> c_int {
         return 0;
     };
     let first_task = spank.task_id() == Some(0);
-    let state = StateDir::open_existing(&setup.state_dir);
-    let verdict = read_verdict(&state, job_id);
-    let node = setup.node.as_str();
+    let state = &setup.start.state;
+    let verdict = read_verdict(state, job_id);
+    let node = setup.start.node.as_str();
     let mut report = health_report(mode, node, job_id, &verdict);
 
     let regular_step = setup.step_id.is_some_and(|s| s < FIRST_SPECIAL_STEP_ID);
@@ -224,7 +243,7 @@ pub fn check_task(spank: &Spank, setup: &StepSetup) -> c_int {
         match global_ranks(spank) {
             Some(ranks) => {
                 let gpus = job_gpus(&verdict, |k| spank.getenv(k));
-                let links = read_topology(&state);
+                let links = read_topology(state);
                 let violations = check_node_groups(&ranks, tp, &gpus, links.as_deref());
                 report.merge(tp_report(mode, node, tp, &violations));
             }
@@ -272,15 +291,17 @@ fn step_name(job: JobId, step: u32) -> String {
 /// task_exit of the node's last task: run `gpu-health step-end` (no
 /// shell, killed at `step_end.timeout_ms`) and pass its notice on to the
 /// step's output. Never fails the step: a problem is logged for the admin.
-pub fn end_step(spank: &Spank, setup: &StepSetup) {
+fn end_step(spank: &Spank, setup: &StepSetup) {
     let (Some(job_id), Some(step)) = (setup.job_id, setup.step_id) else {
         return;
     };
-    if setup.opts.mode == Mode::Off || !setup.step_end.near_oom_notice || step == EXTERN_STEP_ID {
+    let step_end = &setup.start.config().step_end;
+    if setup.opts.mode == Mode::Off || !step_end.near_oom_notice || step == EXTERN_STEP_ID {
         return;
     }
     let name = step_name(job_id, step);
-    let ran_ms = gpu_health_core::time::unix_ms().saturating_sub(setup.started_ms);
+    let started_ms = setup.start.started_ms;
+    let ran_ms = gpu_health_core::time::unix_ms().saturating_sub(started_ms);
     if !long_enough_for_notice(ran_ms) {
         spank::verbose(&format!(
             "gpu-health: {name} ran {ran_ms} ms: no near-OOM probe for steps under {MIN_STEP_MS_FOR_NOTICE} ms"
@@ -290,11 +311,7 @@ pub fn end_step(spank: &Spank, setup: &StepSetup) {
     let Some(gpus) = step_gpus(spank, setup, job_id, &name) else {
         return;
     };
-    let (list, since, job) = (
-        gpu_list(&gpus),
-        setup.started_ms.to_string(),
-        job_id.to_string(),
-    );
+    let (list, since, job) = (gpu_list(&gpus), started_ms.to_string(), job_id.to_string());
     let mut argv = vec![
         "step-end",
         "--gpus",
@@ -314,8 +331,8 @@ pub fn end_step(spank: &Spank, setup: &StepSetup) {
         argv.push(c.display().to_string());
     }
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let timeout = std::time::Duration::from_millis(setup.step_end.timeout_ms);
-    match gpu_health_core::process::run(&setup.step_end.program, &argv, timeout, MAX_NOTICE_BYTES) {
+    let timeout = std::time::Duration::from_millis(step_end.timeout_ms);
+    match gpu_health_core::process::run(&step_end.program, &argv, timeout, MAX_NOTICE_BYTES) {
         Ok(done) if done.status.success() => {
             for line in done.stdout.lines().filter(|l| !l.trim().is_empty()).take(4) {
                 spank::error(&gpu_health_core::text::printable(line));
@@ -335,8 +352,7 @@ pub fn end_step(spank: &Spank, setup: &StepSetup) {
 /// record of the job's GPUs. `None`, logged, when there is nothing to
 /// report.
 fn step_gpus(spank: &Spank, setup: &StepSetup, job_id: JobId, name: &str) -> Option<Vec<u32>> {
-    let state = StateDir::open_existing(&setup.state_dir);
-    let verdict = read_verdict(&state, job_id);
+    let verdict = read_verdict(&setup.start.state, job_id);
     let claimed = spank.getenv("SLURM_STEP_GPUS");
     match step_end_gpus(claimed.as_deref(), &verdict) {
         Ok(gpus) => {

@@ -2,20 +2,22 @@
 //!
 //! Errors here refuse the submission before anything reaches slurmctld,
 //! which is the point: a bad value or an impossible layout is the user's
-//! to fix, with the message saying how.
+//! to fix, with the message saying how. This context keeps no state of
+//! its own: each callback judges the option values and arguments shared
+//! by every context (`super`).
 
 use std::os::raw::c_int;
 
 use gpu_health_core::topology::check_step_layout;
 use gpu_health_core::verdict::Mode;
 
-use crate::options::{gpus_per_node, validate, OptionValues};
+use crate::options::{gpus_per_node, validate};
 use crate::spank::{self, Spank};
 use gpu_health_core::plugstack::PluginArgs;
 
 /// init_post_opt in sbatch/salloc/srun: refuse bad option values.
-pub fn check_submission(values: &OptionValues, args: &PluginArgs) -> c_int {
-    match validate(values, args) {
+pub fn init_post_opt(args: &PluginArgs) -> c_int {
+    match validate(&super::option_values(), args) {
         Ok(_) => 0,
         Err(message) => {
             spank::error(&format!("gpu-health: {message}"));
@@ -25,9 +27,14 @@ pub fn check_submission(values: &OptionValues, args: &PluginArgs) -> c_int {
 }
 
 /// local_user_init in srun: refuse (strict) or warn about a task layout
-/// that splits tensor-parallel groups across nodes.
-pub fn check_layout(spank: &Spank, values: &OptionValues, args: &PluginArgs) -> c_int {
-    let Ok(opts) = validate(values, args) else {
+/// that splits tensor-parallel groups across nodes. `env` is srun's
+/// environment.
+pub fn local_user_init(
+    spank: &Spank,
+    args: &PluginArgs,
+    env: impl Fn(&str) -> Option<String>,
+) -> c_int {
+    let Ok(opts) = validate(&super::option_values(), args) else {
         // Already refused in init_post_opt.
         return -1;
     };
@@ -39,7 +46,7 @@ pub fn check_layout(spank: &Spank, values: &OptionValues, args: &PluginArgs) -> 
         spank::verbose("gpu-health: task and node counts unknown; TP layout checked on the nodes");
         return 0;
     };
-    let gpus = gpus_per_node(|k| std::env::var(k).ok());
+    let gpus = gpus_per_node(env);
     match check_step_layout(total, nnodes, tp, gpus) {
         Ok(()) => 0,
         Err(message) if opts.mode == Mode::Strict => {

@@ -7,11 +7,13 @@
 
 mod args;
 pub mod options;
+mod parse;
 
 use std::path::{Path, PathBuf};
 
-pub use args::{env_name, parse_args, ArgProblem, PluginArgs};
+pub use args::{env_name, PluginArgs};
 pub use options::{known_keys, PluginOption, PLUGIN_OPTIONS};
+pub use parse::{parse_args, ArgProblem};
 
 /// The plugin's file name, as plugstack.conf names it.
 pub const PLUGIN_FILE: &str = "libgpu_health_spank.so";

@@ -19,6 +19,7 @@ use super::act::{self, Turn};
 use super::node_check::{self, NodeCheck};
 use super::prolog::{ledger_lost, log_findings};
 use super::RunContext;
+use after_reboot::prove_when_idle;
 
 /// What one health-check run did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +109,7 @@ pub fn run(ctx: &RunContext) -> HealthReport {
             Next::Done(HealthAction::Drained(reason.clone()))
         }
         (Plan::Drain { .. }, None) if outcome.drained() => return_when_quiet(&mut turn, &check),
+        (Plan::Quiet, None) if turn.ledger().proof_stands() => prove_when_idle(&mut turn, &check),
         _ => Next::Done(HealthAction::Nothing),
     };
     let saved = turn.commit();
@@ -131,6 +133,7 @@ pub fn run(ctx: &RunContext) -> HealthReport {
         // Decided in the turn; DCGM runs outside it (it takes minutes),
         // then the return is made in a turn of its own.
         Next::ConfirmWithDcgm => confirm_with_dcgm(ctx, &check),
+        Next::Prove => after_reboot::prove(ctx, &check),
     };
     log::info!("health check on {}: {}", ctx.node, action.describe());
     HealthReport {
@@ -150,6 +153,8 @@ enum Next {
     Done(HealthAction),
     /// The node may return once DCGM finds nothing (`dcgm.before_return`).
     ConfirmWithDcgm,
+    /// Back from a reboot: run the acceptance tier (`after_reboot`).
+    Prove,
 }
 
 /// gpu-health's drain stands and nothing new was found: return the node
@@ -170,7 +175,7 @@ fn return_when_quiet(turn: &mut Turn<'_>, check: &NodeCheck) -> Next {
 
 /// Resume the node and write the return into the ledger; not while an
 /// admin's reboot of it is pending (the reboot decides its next state).
-fn resume_now(turn: &mut Turn<'_>) -> HealthAction {
+pub(super) fn resume_now(turn: &mut Turn<'_>) -> HealthAction {
     let ctx = turn.ctx;
     if let Some(asked) = &turn.ledger().reboot_asked {
         let why = format!(
@@ -238,3 +243,5 @@ fn confirm_with_dcgm(ctx: &RunContext, check: &NodeCheck) -> HealthAction {
     turn.commit();
     action
 }
+
+mod after_reboot;

@@ -79,7 +79,8 @@ rb_come_back() {
 # the recorded outputs of nccl-tests and nvbandwidth on an 8-GPU H100
 # node (core/tests/fixtures/acceptance): good, or an all-reduce at 313
 # GB/s, under the 460 GB/s of the H100 SXM row. Each run is noted in the
-# node's gates.log. Call after rb_begin (the drop-in's last sections).
+# node's gates.log. The health check (which runs the tier) is switched on
+# for the test. Call after rb_begin (the drop-in's last sections).
 rb_gates() {
     local node=$1 kind=$2 dir fx nccl
     dir=$GH_DIR/$node/gates
@@ -101,6 +102,9 @@ cat %s
 ' \
         "$dir" "$fx/nvbandwidth/h2d-h100x8-good.txt" >"$dir/nvbandwidth"
     chmod 755 "$dir/all_reduce_perf" "$dir/nvbandwidth"
+    # The health check runs the tier: on for the test (every 5 s).
+    : >"$GH_DIR/etc/health-check.enabled"
+    trap 'rm -f "$GH_DIR/etc/health-check.enabled"; scontrol cancel_reboot '"$node"' 2>/dev/null || true; scancel --user=root 2>/dev/null || true' EXIT
     printf '[acceptance]\nenabled = true\nafter_reboot = true\ngates = ["all-reduce", "host-to-device"]\nall_reduce_perf = "%s"\nnvbandwidth = "%s"\n' \
         "$dir/all_reduce_perf" "$dir/nvbandwidth" >>"$(gh_dropin "$node")"
 }

@@ -241,6 +241,10 @@ test_xid79_reboot_then_the_gates_pass_and_the_job_runs() {
     assert_eq "$(rb_gate_runs n3)" 2 "each gate ran once (all-reduce, host-to-device)"
     log=$(gh_cat "$(gh_gpu_health_log n3)")
     assert_contains "$log" "it stays drained after it until the acceptance tier passes" "the reboot was asked to keep the drain"
+    gh_say "    the health check on n3 after the reboot:"
+    grep -E 'acceptance tier|returned to service' <<<"$log" | sed 's/^[^ ]* n3 /      /' >&2 || true
+    assert_contains "$log" "acceptance tier not run yet: Slurm shows the reboot still pending" \
+        "slurmd's start-up run of the health check (before it registered) ran no gate"
     assert_contains "$log" "n3 passed the acceptance tier after its reboot" "n3's log says the gates passed"
     assert_contains "$log" "n3 returned to service" "and that it returned n3"
     assert_eq "$(rb_reboot_count)" 1 "one reboot"

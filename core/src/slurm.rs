@@ -56,11 +56,12 @@ pub const DRAINED_PREFIX: &str = "gpu-health-drained:";
 /// What Slurm does with a node after the reboot gpu-health asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AfterReboot {
-    /// `nextstate=RESUME`: back to service as soon as it registers.
+    /// `ASAP nextstate=RESUME`: back to service as soon as it registers.
     Resume,
-    /// No nextstate: after an `ASAP` reboot Slurm keeps the drain and its
-    /// reason (every series from 22.05 on; docs/operations.md), so the
-    /// node returns only when gpu-health's acceptance tier passed.
+    /// Neither `ASAP` nor `nextstate`: the node, drained by gpu-health
+    /// before the reboot is asked, keeps that drain and its reason after
+    /// it (docs/operations.md has what each series does), so it returns
+    /// only when gpu-health's acceptance tier passed.
     StayDrained,
 }
 
@@ -126,12 +127,13 @@ impl<'a> Scontrol<'a> {
         self.run(&args).map(drop)
     }
 
-    /// Ask Slurm to reboot `node` once its jobs are done (`scontrol
-    /// reboot ASAP [nextstate=RESUME] reason=... node`); Slurm keeps it
-    /// drained until then, and after it either returns it to service
-    /// ([`AfterReboot::Resume`]) or leaves it drained with its reason
-    /// ([`AfterReboot::StayDrained`]: gpu-health proves it first).
-    /// `reason` must be one of ours.
+    /// Ask Slurm to reboot `node` once its jobs are done. Either Slurm
+    /// returns it to service after ([`AfterReboot::Resume`]: `scontrol
+    /// reboot ASAP nextstate=RESUME reason=... node`), or it leaves the
+    /// node drained ([`AfterReboot::StayDrained`]: `scontrol reboot
+    /// reason=... node`, the node already drained by gpu-health; without
+    /// `ASAP`, whose own drain 22.05 lifts after the reboot). `reason`
+    /// must be one of ours.
     pub fn reboot(
         &self,
         node: &NodeName,
@@ -140,9 +142,9 @@ impl<'a> Scontrol<'a> {
     ) -> Result<(), SlurmError> {
         check_reason(reason)?;
         let reason_arg = format!("reason={reason}");
-        let mut args = vec!["reboot", "ASAP"];
+        let mut args = vec!["reboot"];
         if after == AfterReboot::Resume {
-            args.push("nextstate=RESUME");
+            args.extend(["ASAP", "nextstate=RESUME"]);
         }
         args.push(&reason_arg);
         args.push(node.as_str());
@@ -570,7 +572,7 @@ mod tests {
                 "update|NodeName=n1|State=DRAIN|Reason=gpu-health: Xid 79 GPU3 (reboot)|\
                  Comment=gpu-health-drained:1764590000123|",
                 "reboot|ASAP|nextstate=RESUME|reason=gpu-health: Xid 79 GPU3 (reboot)|n1|",
-                "reboot|ASAP|reason=gpu-health: Xid 79 GPU3 (reboot)|n1|",
+                "reboot|reason=gpu-health: Xid 79 GPU3 (reboot)|n1|",
             ]
         );
     }

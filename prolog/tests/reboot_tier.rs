@@ -120,8 +120,8 @@ fn rebooted(n: &Node, c: &FakeCluster) -> String {
     assert!(reason.ends_with(" (reboot)"), "{reason}\n{}", r.log);
     assert_eq!(
         reboots(c),
-        [format!("reboot ASAP reason={reason} n1")],
-        "no nextstate: Slurm keeps the node drained\n{}",
+        [format!("reboot reason={reason} n1")],
+        "neither ASAP nor nextstate: Slurm keeps the node drained\n{}",
         r.log
     );
     assert_eq!(gate_runs(n), 0, "no gate before the reboot");

@@ -166,16 +166,19 @@ fn return_when_quiet(turn: &mut Turn<'_>, check: &NodeCheck) -> Next {
     let cfg = &ctx.config().recovery;
     match turn.ledger().may_return(cfg, &problems, ctx.now_ms) {
         ReturnDecision::Return if ctx.config().dcgm.before_return => Next::ConfirmWithDcgm,
-        ReturnDecision::Return => Next::Done(resume_now(turn)),
+        ReturnDecision::Return => Next::Done(resume_now(turn, QUIET)),
         ReturnDecision::Wait(why) | ReturnDecision::NotOurs(why) => {
             Next::Done(HealthAction::StaysDrained(why))
         }
     }
 }
 
+/// Why a drain-until-clean node returns.
+const QUIET: &str = "clean for the quiet time";
+
 /// Resume the node and write the return into the ledger; not while an
 /// admin's reboot of it is pending (the reboot decides its next state).
-pub(super) fn resume_now(turn: &mut Turn<'_>) -> HealthAction {
+pub(super) fn resume_now(turn: &mut Turn<'_>, why: &str) -> HealthAction {
     let ctx = turn.ctx;
     if let Some(asked) = &turn.ledger().reboot_asked {
         let why = format!(
@@ -198,7 +201,7 @@ pub(super) fn resume_now(turn: &mut Turn<'_>) -> HealthAction {
     }
     match resume_own(turn.slurm(), &ctx.node) {
         Ok(()) => {
-            log::warn!("{} returned to service: clean for the quiet time", ctx.node);
+            log::warn!("{} returned to service: {why}", ctx.node);
             let window = ctx.config().recovery.escalate_window_ms();
             turn.loaded.ledger.returned(true, ctx.now_ms, window);
             HealthAction::Returned
@@ -234,7 +237,7 @@ fn confirm_with_dcgm(ctx: &RunContext, check: &NodeCheck) -> HealthAction {
         let problems = recovery::clean_now(&check.findings, &check.snapshot, ctx.config_ok());
         let cfg = &ctx.config().recovery;
         match turn.ledger().may_return(cfg, &problems, ctx.now_ms) {
-            ReturnDecision::Return => resume_now(&mut turn),
+            ReturnDecision::Return => resume_now(&mut turn, QUIET),
             ReturnDecision::Wait(why) | ReturnDecision::NotOurs(why) => {
                 HealthAction::StaysDrained(why)
             }

@@ -132,7 +132,7 @@ fn return_proven(turn: &mut Turn<'_>, check: &NodeCheck) -> HealthAction {
         .ledger()
         .may_return(&ctx.config().recovery, &problems, ctx.now_ms)
     {
-        ReturnDecision::Return => resume_now(turn),
+        ReturnDecision::Return => resume_now(turn, "every acceptance gate passed after its reboot"),
         ReturnDecision::Wait(why) | ReturnDecision::NotOurs(why) => HealthAction::StaysDrained(why),
     }
 }

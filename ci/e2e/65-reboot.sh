@@ -4,7 +4,11 @@
 # `scontrol reboot ASAP nextstate=RESUME` with a `(reboot)` reason; after
 # the reboot it returns and takes the job that waited for it; a fault
 # that comes back after every reboot ends in `(hardware inspection)`
-# after `max_reboots`, with no further reboot.
+# after `max_reboots`, with no further reboot. With the acceptance tier
+# after reboots (`[acceptance] after_reboot`) the reboot is asked without
+# ASAP and nextstate, Slurm keeps the node drained, and the health check
+# returns it once its gates (stand-ins printing recorded outputs) passed,
+# or keeps it drained with the failed gate's figure in its reason.
 #
 # The test cluster's RebootProgram only notes the request. The test then
 # "reboots" the node as a real one would come back: a new boot id in the

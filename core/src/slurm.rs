@@ -53,6 +53,18 @@ pub const CLAIM_PREFIX: &str = "gpu-health-claim:";
 /// follows. The brake's time window counts these (`ops::brake`).
 pub const DRAINED_PREFIX: &str = "gpu-health-drained:";
 
+/// What Slurm does with a node after the reboot gpu-health asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterReboot {
+    /// `ASAP nextstate=RESUME`: back to service as soon as it registers.
+    Resume,
+    /// Neither `ASAP` nor `nextstate`: the node, drained by gpu-health
+    /// before the reboot is asked, keeps that drain and its reason after
+    /// it (docs/operations.md has what each series does), so it returns
+    /// only when gpu-health's acceptance tier passed.
+    StayDrained,
+}
+
 /// Output kept from an update (it prints nothing when it works).
 const MAX_OUTPUT: usize = 64 << 10;
 
@@ -115,20 +127,27 @@ impl<'a> Scontrol<'a> {
         self.run(&args).map(drop)
     }
 
-    /// Ask Slurm to reboot `node` once its jobs are done and to return
-    /// it to service after (`scontrol reboot ASAP nextstate=RESUME
-    /// reason=... node`); Slurm keeps it drained until then. `reason`
+    /// Ask Slurm to reboot `node` once its jobs are done. Either Slurm
+    /// returns it to service after ([`AfterReboot::Resume`]: `scontrol
+    /// reboot ASAP nextstate=RESUME reason=... node`), or it leaves the
+    /// node drained ([`AfterReboot::StayDrained`]: `scontrol reboot
+    /// reason=... node`, the node already drained by gpu-health; without
+    /// `ASAP`, whose own drain 22.05 lifts after the reboot). `reason`
     /// must be one of ours.
-    pub fn reboot(&self, node: &NodeName, reason: &str) -> Result<(), SlurmError> {
+    pub fn reboot(
+        &self,
+        node: &NodeName,
+        reason: &str,
+        after: AfterReboot,
+    ) -> Result<(), SlurmError> {
         check_reason(reason)?;
         let reason_arg = format!("reason={reason}");
-        let args = [
-            "reboot",
-            "ASAP",
-            "nextstate=RESUME",
-            &reason_arg,
-            node.as_str(),
-        ];
+        let mut args = vec!["reboot"];
+        if after == AfterReboot::Resume {
+            args.extend(["ASAP", "nextstate=RESUME"]);
+        }
+        args.push(&reason_arg);
+        args.push(node.as_str());
         self.run(&args).map(drop)
     }
 
@@ -507,12 +526,12 @@ mod tests {
             .drain(&node("n1"), "gpu-health: x (drain)", Some(1))
             .is_ok());
         assert!(matches!(
-            s.reboot(&node("n1"), "admin: x"),
+            s.reboot(&node("n1"), "admin: x", AfterReboot::Resume),
             Err(SlurmError::BadArgument { .. })
         ));
         let long = format!("gpu-health: {}", "x".repeat(250));
         assert!(matches!(
-            s.reboot(&node("n1"), &long),
+            s.reboot(&node("n1"), &long, AfterReboot::Resume),
             Err(SlurmError::BadArgument { .. })
         ));
     }
@@ -537,7 +556,14 @@ mod tests {
             Some(1_764_590_000_123),
         )
         .unwrap();
-        s.reboot(&n, "gpu-health: Xid 79 GPU3 (reboot)").unwrap();
+        s.reboot(&n, "gpu-health: Xid 79 GPU3 (reboot)", AfterReboot::Resume)
+            .unwrap();
+        s.reboot(
+            &n,
+            "gpu-health: Xid 79 GPU3 (reboot)",
+            AfterReboot::StayDrained,
+        )
+        .unwrap();
         let calls = std::fs::read_to_string(&log).unwrap();
         let calls: Vec<&str> = calls.lines().collect();
         assert_eq!(
@@ -546,6 +572,7 @@ mod tests {
                 "update|NodeName=n1|State=DRAIN|Reason=gpu-health: Xid 79 GPU3 (reboot)|\
                  Comment=gpu-health-drained:1764590000123|",
                 "reboot|ASAP|nextstate=RESUME|reason=gpu-health: Xid 79 GPU3 (reboot)|n1|",
+                "reboot|reason=gpu-health: Xid 79 GPU3 (reboot)|n1|",
             ]
         );
     }

@@ -27,6 +27,7 @@
 
 mod observe;
 mod plan;
+mod proof;
 mod reboot;
 pub mod store;
 
@@ -232,6 +233,30 @@ pub struct RebootAsked {
     pub boot_id: String,
     /// The kinds of fault ([`FaultId::kind`]) it was asked for.
     pub kinds: Vec<String>,
+    /// Asked so that Slurm keeps the node drained after it: the node
+    /// returns once the acceptance tier proved it (`[acceptance]
+    /// after_reboot`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prove: bool,
+}
+
+/// The node came back from a reboot gpu-health asked for, still drained:
+/// it returns once the acceptance tier passes on it, idle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProofDue {
+    /// When the reboot was seen (the first run of the new boot).
+    pub since_ms: u64,
+    /// The boot the tier is to run in.
+    pub boot_id: String,
+    /// The kinds of fault the reboot was for.
+    pub kinds: Vec<String>,
+    /// When the tier passed (in this boot): only the return is left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passed_ms: Option<u64>,
+    /// Tier runs that were tried and came to nothing (refused, not
+    /// judged without holding): what the last said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_try: Option<String>,
 }
 
 /// A reboot that happened.
@@ -276,6 +301,9 @@ pub struct Ledger {
     /// `max_reboots` for one kind the node goes to hardware inspection.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reboots: Vec<RebootDone>,
+    /// Back from a reboot asked with `prove`, waiting for the tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<ProofDue>,
 }
 
 impl Ledger {
@@ -290,6 +318,7 @@ impl Ledger {
             returns: Vec::new(),
             reboot_asked: None,
             reboots: Vec::new(),
+            proof: None,
         }
     }
 
@@ -303,6 +332,7 @@ impl Ledger {
             && self.returns.is_empty()
             && self.reboot_asked.is_none()
             && self.reboots.is_empty()
+            && self.proof.is_none()
     }
 
     /// The gravest open action, if any.

@@ -140,7 +140,15 @@ impl Ledger {
             self.held = None;
         }
         if self.open_faults().next().is_none() {
-            self.drain = None;
+            // Back from a reboot and waiting for the tier: the drain
+            // stands in Slurm until the tier passed.
+            if self.proof.is_none() {
+                self.drain = None;
+            }
+        } else if matches!(outcome, Recorded::Drained { .. }) {
+            // Drained again for a fault of the new boot (the tier's, or
+            // one back): that drain decides now, not the proof.
+            self.proof = None;
         }
     }
 
@@ -159,8 +167,9 @@ impl Ledger {
             }
         }
         self.drain = None;
-        // In service: no reboot of ours stands.
+        // In service: no reboot of ours stands, nothing is left to prove.
         self.reboot_asked = None;
+        self.proof = None;
         before - self.faults.len()
     }
 
@@ -180,6 +189,22 @@ impl Ledger {
                 "gpu-health has no drain of this node on record".into(),
             );
         };
+        if self.proof_stands() {
+            // Back from a reboot gpu-health asked for: the tier's pass is
+            // the proof (no quiet time: the reboot cleared the faults,
+            // the tier showed the node works).
+            let passed = self.proof.as_ref().and_then(|p| p.passed_ms).is_some();
+            return match (passed, problems.is_empty()) {
+                (true, true) => ReturnDecision::Return,
+                (true, false) => {
+                    ReturnDecision::Wait(format!("not clean: {}", problems.join("; ")))
+                }
+                (false, _) => ReturnDecision::Wait(
+                    "back from the reboot gpu-health asked for; the acceptance tier has not passed yet"
+                        .into(),
+                ),
+            };
+        }
         if let Some(f) = self.open_faults().find(|f| f.action == Action::Drain) {
             return ReturnDecision::NotOurs(format!(
                 "{} calls for (drain): it stays until an admin runs 'gpu-health resume'",
@@ -238,6 +263,7 @@ impl Ledger {
         self.faults.clear();
         self.drain = None;
         self.held = None;
+        self.proof = None;
     }
 
     /// The open faults not acted on, for a run that could not act (the

@@ -5,7 +5,7 @@
 use crate::config::RemediationConfig;
 use crate::finding::{Remedy, INSPECTION_MARK, REBOOT_MARK};
 
-use super::{Handling, Ledger, RebootAsked, RebootDone, MAX_REBOOTS};
+use super::{Handling, Ledger, ProofDue, RebootAsked, RebootDone, MAX_REBOOTS};
 
 impl Ledger {
     /// The kinds of fault to ask Slurm a reboot for, when the policy
@@ -47,13 +47,17 @@ impl Ledger {
         (reboot || asked_covers).then_some(REBOOT_MARK)
     }
 
-    /// Slurm took the reboot asked for `kinds` in the boot `boot_id`.
-    pub fn reboot_requested(&mut self, at_ms: u64, boot_id: &str, kinds: Vec<String>) {
+    /// Slurm took the reboot asked for `kinds` in the boot `boot_id`;
+    /// `prove`: asked so that the node stays drained after it, for the
+    /// acceptance tier.
+    pub fn reboot_requested(&mut self, at_ms: u64, boot_id: &str, kinds: Vec<String>, prove: bool) {
         self.reboot_asked = Some(RebootAsked {
             at_ms,
             boot_id: boot_id.to_string(),
             kinds,
+            prove,
         });
+        self.proof = None;
     }
 
     /// A run of boot `boot_id`: when it is another boot than the one a
@@ -61,7 +65,9 @@ impl Ledger {
     /// by it (`Rebooted`; found again, they are new again and the reboot
     /// counts toward inspection); any other fault drained meanwhile is
     /// to be drained again (Slurm returned the node after the reboot, no
-    /// person did). True when a reboot was seen.
+    /// person did). A reboot asked with `prove` left the node drained:
+    /// gpu-health's drain stands and the tier is due ([`ProofDue`]).
+    /// True when a reboot was seen.
     pub fn boot_seen(&mut self, boot_id: &str, now_ms: u64, window_ms: u64) -> bool {
         let happened = self
             .reboot_asked
@@ -76,11 +82,21 @@ impl Ledger {
         for f in &mut self.faults {
             if asked.kinds.contains(&f.id.kind()) {
                 f.handling = Handling::Rebooted { at_ms: now_ms };
-            } else if f.drained() {
+            } else if f.drained() && !asked.prove {
                 f.handling = Handling::New;
             }
         }
-        self.drain = None;
+        if asked.prove {
+            self.proof = Some(ProofDue {
+                since_ms: now_ms,
+                boot_id: boot_id.to_string(),
+                kinds: asked.kinds.clone(),
+                passed_ms: None,
+                last_try: None,
+            });
+        } else {
+            self.drain = None;
+        }
         self.held = None;
         self.reboots.push(RebootDone {
             at_ms: asked.at_ms,
@@ -153,7 +169,7 @@ mod tests {
         assert!(r.ends_with(REBOOT_MARK), "{r}");
         l.record(&Recorded::Drained { reason: r }, true, now);
         let kinds = l.reboot_wanted(cfg, now).expect("a reboot");
-        l.reboot_requested(now, &format!("before-{boot}"), kinds);
+        l.reboot_requested(now, &format!("before-{boot}"), kinds, false);
         assert!(l.reboot_wanted(cfg, now).is_none(), "one reboot at a time");
         assert!(!l.boot_seen(&format!("before-{boot}"), now + 1, cfg.window_ms()));
         assert!(l.boot_seen(boot, now + 2, cfg.window_ms()));
@@ -219,7 +235,7 @@ mod tests {
         see(&mut l, &[xid(79, Remedy::Reboot)], 4 * HOUR, &cfg);
         assert!(l.reboot_wanted(&cfg, 4 * HOUR).is_some());
         // Someone returned it with scontrol: no reboot of ours stands.
-        l.reboot_requested(4 * HOUR, "b9", vec!["Xid 79".into()]);
+        l.reboot_requested(4 * HOUR, "b9", vec!["Xid 79".into()], false);
         l.returned_by_someone(&[]);
         assert!(l.reboot_asked.is_none());
     }
@@ -230,7 +246,7 @@ mod tests {
         let mut l = Ledger::new("n1");
         see(&mut l, &[xid(79, Remedy::Reboot)], 0, &cfg);
         assert!(!l.boot_seen("other", 1, cfg.window_ms()));
-        l.reboot_requested(0, "b0", vec!["xid:79".into()]);
+        l.reboot_requested(0, "b0", vec!["xid:79".into()], false);
         assert!(
             !l.boot_seen("", 1, cfg.window_ms()),
             "an unreadable boot id"

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::config::BrakeConfig;
 use crate::finding::{is_own_reason, own_reason};
 use crate::ids::NodeName;
-use crate::slurm::{NodeInfo, Scontrol, SlurmError};
+use crate::slurm::{AfterReboot, NodeInfo, Scontrol, SlurmError};
 
 use super::brake::{self, BrakeVerdict};
 
@@ -58,9 +58,9 @@ pub trait SlurmCalls {
     /// becomes the drain's time stamp in the same update.
     fn drain(&self, node: &NodeName, reason: &str, stamp_ms: Option<u64>)
         -> Result<(), SlurmError>;
-    /// Ask Slurm to reboot the node as soon as it is idle and to return
-    /// it to service after (`scontrol reboot ASAP nextstate=RESUME`).
-    fn reboot(&self, node: &NodeName, reason: &str) -> Result<(), SlurmError>;
+    /// Ask Slurm to reboot the node as soon as it is idle, and what to
+    /// do with it after (`scontrol reboot ASAP [nextstate=RESUME]`).
+    fn reboot(&self, node: &NodeName, reason: &str, after: AfterReboot) -> Result<(), SlurmError>;
     fn claim(&self, node: &NodeName, stamp_ms: u64, reserve: Duration) -> Result<(), SlurmError>;
     fn release_claim(&self, node: &NodeName) -> Result<(), SlurmError>;
     fn resume(&self, node: &NodeName) -> Result<(), SlurmError>;
@@ -101,8 +101,8 @@ impl SlurmCalls for Scontrol<'_> {
     ) -> Result<(), SlurmError> {
         Scontrol::drain(self, node, reason, stamp_ms)
     }
-    fn reboot(&self, node: &NodeName, reason: &str) -> Result<(), SlurmError> {
-        Scontrol::reboot(self, node, reason)
+    fn reboot(&self, node: &NodeName, reason: &str, after: AfterReboot) -> Result<(), SlurmError> {
+        Scontrol::reboot(self, node, reason, after)
     }
     fn claim(&self, node: &NodeName, stamp_ms: u64, reserve: Duration) -> Result<(), SlurmError> {
         Scontrol::claim(self, node, stamp_ms, reserve)

@@ -6,6 +6,8 @@
 //! - [`drain`]: drains through the brake; resumes only of gpu-health's own
 //!   drains (what they are for is the fault ledger's, `ledger`);
 //! - [`recovery`]: whether the node is clean now (a drained node's return);
+//! - [`prove`]: whether the acceptance tier may run on the node now (back
+//!   from a reboot, idle, drained by gpu-health);
 //!
 //! Their settings are sections of the configuration (`config::BrakeConfig`
 //! and the others); the runs that use them live in `run`. Admin-facing
@@ -14,4 +16,5 @@
 pub mod brake;
 pub mod brake_window;
 pub mod drain;
+pub mod prove;
 pub mod recovery;

@@ -14,7 +14,7 @@ use crate::finding::{Action, Finding};
 use crate::ids::NodeName;
 use crate::ledger::{store, FaultId, Ledger, PendingCause, Plan, Recorded, RunView};
 use crate::ops::drain::{DrainOutcome, Drainer, SlurmCalls, Standing};
-use crate::slurm::Scontrol;
+use crate::slurm::{AfterReboot, Scontrol};
 use crate::state::{RunLock, StateError};
 
 use super::RunContext;
@@ -308,10 +308,29 @@ fn ask_reboot(turn: &mut Turn<'_>, reason: &str, kinds: Vec<String>, boot_id: &s
         );
         return;
     }
-    match turn.slurm().reboot(node, reason) {
+    // With the tier on after a reboot, Slurm must not return the node by
+    // itself: it comes back drained and returns once the tier passed.
+    let cfg = turn.ctx.config();
+    let prove =
+        crate::acceptance::wanted(&cfg.acceptance, crate::acceptance::Boot::RequestedReboot);
+    let after = if prove {
+        AfterReboot::StayDrained
+    } else {
+        AfterReboot::Resume
+    };
+    match turn.slurm().reboot(node, reason, after) {
         Ok(()) => {
-            log::error!("asked Slurm to reboot {node} once its jobs are done: {reason}");
-            turn.loaded.ledger.reboot_requested(now_ms, boot_id, kinds);
+            log::error!(
+                "asked Slurm to reboot {node} once its jobs are done{}: {reason}",
+                if prove {
+                    " (it stays drained after it until the acceptance tier passes)"
+                } else {
+                    ""
+                }
+            );
+            turn.loaded
+                .ledger
+                .reboot_requested(now_ms, boot_id, kinds, prove);
         }
         Err(e) => log::error!(
             "cannot ask Slurm to reboot {node} ({e}); it stays drained and the next run asks again"

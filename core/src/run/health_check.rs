@@ -19,6 +19,7 @@ use super::act::{self, Turn};
 use super::node_check::{self, NodeCheck};
 use super::prolog::{ledger_lost, log_findings};
 use super::RunContext;
+use after_reboot::prove_when_idle;
 
 /// What one health-check run did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +109,7 @@ pub fn run(ctx: &RunContext) -> HealthReport {
             Next::Done(HealthAction::Drained(reason.clone()))
         }
         (Plan::Drain { .. }, None) if outcome.drained() => return_when_quiet(&mut turn, &check),
+        (Plan::Quiet, None) if turn.ledger().proof_stands() => prove_when_idle(&mut turn, &check),
         _ => Next::Done(HealthAction::Nothing),
     };
     let saved = turn.commit();
@@ -131,6 +133,7 @@ pub fn run(ctx: &RunContext) -> HealthReport {
         // Decided in the turn; DCGM runs outside it (it takes minutes),
         // then the return is made in a turn of its own.
         Next::ConfirmWithDcgm => confirm_with_dcgm(ctx, &check),
+        Next::Prove => after_reboot::prove(ctx, &check),
     };
     log::info!("health check on {}: {}", ctx.node, action.describe());
     HealthReport {
@@ -150,6 +153,8 @@ enum Next {
     Done(HealthAction),
     /// The node may return once DCGM finds nothing (`dcgm.before_return`).
     ConfirmWithDcgm,
+    /// Back from a reboot: run the acceptance tier (`after_reboot`).
+    Prove,
 }
 
 /// gpu-health's drain stands and nothing new was found: return the node
@@ -161,16 +166,19 @@ fn return_when_quiet(turn: &mut Turn<'_>, check: &NodeCheck) -> Next {
     let cfg = &ctx.config().recovery;
     match turn.ledger().may_return(cfg, &problems, ctx.now_ms) {
         ReturnDecision::Return if ctx.config().dcgm.before_return => Next::ConfirmWithDcgm,
-        ReturnDecision::Return => Next::Done(resume_now(turn)),
+        ReturnDecision::Return => Next::Done(resume_now(turn, QUIET)),
         ReturnDecision::Wait(why) | ReturnDecision::NotOurs(why) => {
             Next::Done(HealthAction::StaysDrained(why))
         }
     }
 }
 
+/// Why a drain-until-clean node returns.
+const QUIET: &str = "clean for the quiet time";
+
 /// Resume the node and write the return into the ledger; not while an
 /// admin's reboot of it is pending (the reboot decides its next state).
-fn resume_now(turn: &mut Turn<'_>) -> HealthAction {
+pub(super) fn resume_now(turn: &mut Turn<'_>, why: &str) -> HealthAction {
     let ctx = turn.ctx;
     if let Some(asked) = &turn.ledger().reboot_asked {
         let why = format!(
@@ -193,7 +201,7 @@ fn resume_now(turn: &mut Turn<'_>) -> HealthAction {
     }
     match resume_own(turn.slurm(), &ctx.node) {
         Ok(()) => {
-            log::warn!("{} returned to service: clean for the quiet time", ctx.node);
+            log::warn!("{} returned to service: {why}", ctx.node);
             let window = ctx.config().recovery.escalate_window_ms();
             turn.loaded.ledger.returned(true, ctx.now_ms, window);
             HealthAction::Returned
@@ -229,7 +237,7 @@ fn confirm_with_dcgm(ctx: &RunContext, check: &NodeCheck) -> HealthAction {
         let problems = recovery::clean_now(&check.findings, &check.snapshot, ctx.config_ok());
         let cfg = &ctx.config().recovery;
         match turn.ledger().may_return(cfg, &problems, ctx.now_ms) {
-            ReturnDecision::Return => resume_now(&mut turn),
+            ReturnDecision::Return => resume_now(&mut turn, QUIET),
             ReturnDecision::Wait(why) | ReturnDecision::NotOurs(why) => {
                 HealthAction::StaysDrained(why)
             }
@@ -238,3 +246,5 @@ fn confirm_with_dcgm(ctx: &RunContext, check: &NodeCheck) -> HealthAction {
     turn.commit();
     action
 }
+
+mod after_reboot;

@@ -120,6 +120,17 @@ impl NodeInfo {
         self.state.split('+').any(|s| s.starts_with("REBOOT"))
     }
 
+    /// A job runs or ends on the node (`ALLOCATED`, `MIXED`,
+    /// `COMPLETING`, also as a flag after the base state).
+    pub fn has_jobs(&self) -> bool {
+        self.state.split('+').any(|s| {
+            matches!(
+                s.trim_end_matches(['*', '~', '#', '!', '%', '$', '@', '^', '-']),
+                "ALLOCATED" | "ALLOC" | "MIXED" | "COMPLETING"
+            )
+        })
+    }
+
     /// Drained with a reason of gpu-health's.
     pub fn drained_by_us(&self) -> bool {
         self.is_drained() && self.has_own_reason()

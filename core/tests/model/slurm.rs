@@ -176,7 +176,12 @@ impl SlurmCalls for ModelSlurm {
             }
         })
     }
-    fn reboot(&self, node: &NodeName, reason: &str) -> Result<(), SlurmError> {
+    fn reboot(
+        &self,
+        node: &NodeName,
+        reason: &str,
+        _: gpu_health_core::slurm::AfterReboot,
+    ) -> Result<(), SlurmError> {
         self.update(node, |i| {
             self.reasons.lock().unwrap()[i] = Some(reason.to_string());
             self.reboots.lock().unwrap().push(i);

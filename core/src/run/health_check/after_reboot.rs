@@ -1,0 +1,195 @@
+//! The proof after a reboot (`[acceptance] after_reboot`): the node came
+//! back from a reboot gpu-health asked for still drained; the first
+//! health check that finds it registered, idle and drained by gpu-health
+//! runs the acceptance tier, then returns it (every gate passed) or
+//! drains it again with the gate, the figure and the threshold in its
+//! reason.
+//!
+//! The tier runs outside the node's turn (like DCGM before a return) and
+//! within the health check's time: Slurm kills the HealthCheckProgram
+//! after 60 s, so the whole tier gets at most [`TIER_LIMIT_S`] here, each
+//! gate its own limit within that.
+
+use std::time::Instant;
+
+use crate::acceptance::{self, GateResult, TierInput, TierOutcome, Verdict};
+use crate::finding::Finding;
+use crate::ledger::{Plan, ReturnDecision};
+use crate::ops::prove::{may_prove, ProveNow};
+use crate::ops::recovery;
+
+use super::super::act::{self, Turn};
+use super::super::node_check::NodeCheck;
+use super::super::RunContext;
+use super::{resume_now, HealthAction, Next};
+
+/// The whole tier's limit in a health check, seconds: Slurm kills the
+/// HealthCheckProgram after 60 s, and the probe, the turns and the
+/// resume need the rest.
+pub const TIER_LIMIT_S: u64 = 45;
+
+/// In the turn: whether the tier may run now (from the node's line in
+/// Slurm), or the return is left to do after a tier that passed.
+pub(super) fn prove_when_idle(turn: &mut Turn<'_>, check: &NodeCheck) -> Next {
+    let ctx = turn.ctx;
+    let me = match turn.slurm().show_node(&ctx.node) {
+        Ok(me) => me,
+        Err(e) => {
+            return Next::Done(HealthAction::StaysDrained(format!(
+                "cannot look at {} in Slurm ({e}); the acceptance tier waits for the next run",
+                ctx.node
+            )))
+        }
+    };
+    match may_prove(me.as_ref()) {
+        ProveNow::Run if turn.ledger().tier_due() => Next::Prove,
+        // Passed in an earlier run whose return did not go through.
+        ProveNow::Run => Next::Done(return_proven(turn, check)),
+        ProveNow::Wait(why) => {
+            let why = format!("back from the reboot, acceptance tier not run yet: {why}");
+            log::info!("{}: {why}", ctx.node);
+            Next::Done(HealthAction::StaysDrained(why))
+        }
+        ProveNow::NotOurs(why) => {
+            log::warn!(
+                "{}: {why}; the acceptance tier after its reboot is not gpu-health's to run any more",
+                ctx.node
+            );
+            turn.loaded.ledger.proof_dropped();
+            Next::Done(HealthAction::Nothing)
+        }
+    }
+}
+
+/// Run the tier (outside the turn), then act on it in a turn of its own,
+/// after the ledger was read again.
+pub(super) fn prove(ctx: &RunContext, check: &NodeCheck) -> HealthAction {
+    let mut config = ctx.config().clone();
+    config.acceptance.timeout_s = config.acceptance.timeout_s.min(TIER_LIMIT_S);
+    let fabric = crate::fabric::read_fabric(&config.sysfs_root).unwrap_or_else(|e| {
+        log::warn!("cannot list the HCAs for the acceptance tier: {e}");
+        Default::default()
+    });
+    let hcas = acceptance::hcas_of(&config.acceptance, &fabric);
+    let t0 = Instant::now();
+    let outcome = acceptance::run_tier(&TierInput {
+        config: &config,
+        snapshot: &check.snapshot,
+        hcas: &hcas,
+        search_path: &ctx.search_path,
+        job_running: busy_gpus(check),
+    });
+    log_tier(ctx, &outcome, t0.elapsed().as_millis());
+    let mut turn = match Turn::take(ctx) {
+        Ok(t) => t,
+        Err(busy) => return HealthAction::Busy(act::busy_note(&ctx.node, &busy)),
+    };
+    if !turn.ledger().tier_due() {
+        // Another run acted on the node meanwhile (a fault came back, an
+        // admin took it): the tier's result is not needed.
+        return HealthAction::Nothing;
+    }
+    let action = act_on(&mut turn, check, &outcome);
+    turn.commit();
+    action
+}
+
+/// What the tier came to, written down and acted on.
+fn act_on(turn: &mut Turn<'_>, check: &NodeCheck, outcome: &TierOutcome) -> HealthAction {
+    let ctx = turn.ctx;
+    if let Some(why) = &outcome.refused {
+        turn.loaded.ledger.tier_inconclusive(why);
+        return HealthAction::StaysDrained(format!("acceptance tier not run: {why}"));
+    }
+    if outcome.may_return() {
+        log::warn!(
+            "{} passed the acceptance tier after its reboot: returning it",
+            ctx.node
+        );
+        turn.loaded.ledger.tier_passed(ctx.now_ms);
+        return return_proven(turn, check);
+    }
+    let findings = failed_findings(outcome);
+    let acted = act::act(turn, &findings, &act::node_run_view(ctx));
+    match (&acted.plan, acted.not_drained()) {
+        (_, Some(why)) => HealthAction::NotDrained(why.to_string()),
+        (Plan::Drain { reason, .. }, None) => {
+            log::error!(
+                "{} failed the acceptance tier after its reboot: {reason}",
+                ctx.node
+            );
+            HealthAction::Drained(reason.clone())
+        }
+        _ => HealthAction::StaysDrained("the acceptance tier failed".into()),
+    }
+}
+
+/// The tier passed: the return through the ledger's automatic return.
+fn return_proven(turn: &mut Turn<'_>, check: &NodeCheck) -> HealthAction {
+    let ctx = turn.ctx;
+    let problems = recovery::clean_now(&check.findings, &check.snapshot, ctx.config_ok());
+    match turn
+        .ledger()
+        .may_return(&ctx.config().recovery, &problems, ctx.now_ms)
+    {
+        ReturnDecision::Return => resume_now(turn, "every acceptance gate passed after its reboot"),
+        ReturnDecision::Wait(why) | ReturnDecision::NotOurs(why) => HealthAction::StaysDrained(why),
+    }
+}
+
+/// The findings a failed tier drains for; the first says it is the
+/// acceptance tier's (the drain reason names the gate, the figure and
+/// the threshold: `acceptance failed: all-reduce 180 GB/s < 460 GB/s
+/// (H100 SXM)`).
+pub fn failed_findings(outcome: &TierOutcome) -> Vec<Finding> {
+    let mut findings: Vec<Finding> = outcome
+        .findings
+        .iter()
+        .filter(|f| f.action.drains())
+        .cloned()
+        .collect();
+    if let Some(first) = findings.first_mut() {
+        first.summary = format!("acceptance failed: {}", first.summary);
+    }
+    findings
+}
+
+/// A GPU with a compute process on it: a job, or someone's program.
+fn busy_gpus(check: &NodeCheck) -> Option<String> {
+    let busy: Vec<String> = check
+        .snapshot
+        .gpus
+        .iter()
+        .filter(|g| !g.running_processes.is_empty())
+        .map(|g| format!("GPU{}", g.index))
+        .collect();
+    (!busy.is_empty()).then(|| format!("compute processes on {}", busy.join(", ")))
+}
+
+fn log_tier(ctx: &RunContext, outcome: &TierOutcome, ms: u128) {
+    for r in &outcome.results {
+        let line = describe(r);
+        match r.verdict {
+            Verdict::Passed => log::info!("{}: {line}", ctx.node),
+            _ => log::warn!("{}: {line}", ctx.node),
+        }
+    }
+    log::info!(
+        "{}: acceptance tier after the reboot: {} gate result(s) in {ms} ms",
+        ctx.node,
+        outcome.results.len()
+    );
+}
+
+fn describe(r: &GateResult) -> String {
+    format!(
+        "acceptance gate {}{}: {} ({})",
+        r.gate.as_str(),
+        r.subject
+            .as_ref()
+            .map(|s| format!(" {s}"))
+            .unwrap_or_default(),
+        r.verdict.as_str(),
+        r.detail
+    )
+}

@@ -25,6 +25,7 @@
 //!   [`MAX_FAULTS`] (the mildest beyond fold into one entry of their
 //!   gravest action), texts capped.
 
+mod boot;
 mod observe;
 mod plan;
 mod proof;
@@ -35,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::finding::{Action, Finding, Remedy};
 
+pub use boot::BOOT_PROOF_REASON;
 pub use observe::{Observed, RunView};
 pub use plan::{Plan, Recorded, ReturnDecision};
 
@@ -240,8 +242,9 @@ pub struct RebootAsked {
     pub prove: bool,
 }
 
-/// The node came back from a reboot gpu-health asked for, still drained:
-/// it returns once the acceptance tier passes on it, idle.
+/// The node came back from a reboot gpu-health asked for, still drained,
+/// or from a boot it did not ask for (`after_boot`): it returns once the
+/// acceptance tier passes on it, idle.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProofDue {
     /// When the reboot was seen (the first run of the new boot).
@@ -257,6 +260,10 @@ pub struct ProofDue {
     /// judged without holding): what the last said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_try: Option<String>,
+    /// Due after a boot gpu-health did not ask for (`[acceptance]
+    /// after_any_boot`): the drain is the proof's own (`kinds` is empty).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub after_boot: bool,
 }
 
 /// A reboot that happened.
@@ -301,9 +308,14 @@ pub struct Ledger {
     /// `max_reboots` for one kind the node goes to hardware inspection.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reboots: Vec<RebootDone>,
-    /// Back from a reboot asked with `prove`, waiting for the tier.
+    /// Back from a reboot asked with `prove`, or from a boot not asked
+    /// for with `after_any_boot`: waiting for the tier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proof: Option<ProofDue>,
+    /// The boot the last run saw (`[xid] boot_id_path`), kept only with
+    /// `[acceptance] after_any_boot`: another one is a new boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
 }
 
 impl Ledger {
@@ -319,6 +331,7 @@ impl Ledger {
             reboot_asked: None,
             reboots: Vec::new(),
             proof: None,
+            boot_id: None,
         }
     }
 
@@ -333,6 +346,7 @@ impl Ledger {
             && self.reboot_asked.is_none()
             && self.reboots.is_empty()
             && self.proof.is_none()
+            && self.boot_id.is_none()
     }
 
     /// The gravest open action, if any.

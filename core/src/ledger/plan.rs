@@ -59,7 +59,9 @@ impl Ledger {
     /// [`Ledger::plan`]; `reboot`: the drain is to be followed by a
     /// reboot (`Ledger::reboot_wanted`), its reason says so.
     pub fn plan_marked(&self, config_ok: bool, reboot: bool) -> Plan {
-        let Some(reason) = drain_reason_marked(&self.findings(), self.reason_mark(reboot)) else {
+        let reason = drain_reason_marked(&self.findings(), self.reason_mark(reboot))
+            .or_else(|| self.boot_proof_drain().map(str::to_string));
+        let Some(reason) = reason else {
             return Plan::Quiet;
         };
         if !config_ok {
@@ -199,10 +201,14 @@ impl Ledger {
                 (true, false) => {
                     ReturnDecision::Wait(format!("not clean: {}", problems.join("; ")))
                 }
-                (false, _) => ReturnDecision::Wait(
-                    "back from the reboot gpu-health asked for; the acceptance tier has not passed yet"
-                        .into(),
-                ),
+                (false, _) => ReturnDecision::Wait(format!(
+                    "back from {}; the acceptance tier has not passed yet",
+                    if self.proof.as_ref().is_some_and(|p| p.after_boot) {
+                        "a boot gpu-health did not ask for"
+                    } else {
+                        "the reboot gpu-health asked for"
+                    }
+                )),
             };
         }
         if let Some(f) = self.open_faults().find(|f| f.action == Action::Drain) {

@@ -93,6 +93,7 @@ impl Ledger {
                 kinds: asked.kinds.clone(),
                 passed_ms: None,
                 last_try: None,
+                after_boot: false,
             });
         } else {
             self.drain = None;

@@ -137,20 +137,39 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
         .collect();
     let recovery = &ctx.config().recovery;
     let remediation = &ctx.config().remediation;
-    // Read only where reboots are on or one was asked: with the default
-    // configuration a run does what it did before.
-    let boot_id = if remediation.reboot || turn.loaded.ledger.reboot_asked.is_some() {
+    // Read only where reboots are on, one was asked, or every boot is to
+    // be proven: with the default configuration a run does what it did
+    // before.
+    let any_boot = crate::acceptance::wanted(
+        &ctx.config().acceptance,
+        crate::acceptance::Boot::Other,
+    );
+    let boot_id = if remediation.reboot || turn.loaded.ledger.reboot_asked.is_some() || any_boot
+    {
         current_boot_id(ctx)
     } else {
         String::new()
     };
-    if turn
+    let asked = turn
         .loaded
         .ledger
-        .boot_seen(&boot_id, view.now_ms, remediation.window_ms())
-    {
+        .boot_seen(&boot_id, view.now_ms, remediation.window_ms());
+    if asked {
         log::warn!(
             "{} rebooted as gpu-health asked: the faults it was for are cleared unless found again",
+            ctx.node
+        );
+    }
+    // A broken configuration's fallback says nothing about the key: the
+    // boot stays as it was written down.
+    if ctx.config_ok()
+        && turn
+            .loaded
+            .ledger
+            .boot_noted(&boot_id, any_boot, asked, view.now_ms)
+    {
+        log::warn!(
+            "{} booted without gpu-health asking for it ({boot_id}): it is drained until the acceptance tier passes on it (acceptance.after_any_boot)",
             ctx.node
         );
     }

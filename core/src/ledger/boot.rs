@@ -107,7 +107,10 @@ mod tests {
         let mut l = Ledger::new("n1");
         assert!(!l.boot_noted("a", true, false, 0));
         assert_eq!(l.boot_id.as_deref(), Some("a"));
-        assert!(l.proof.is_none() && !l.is_empty(), "kept to tell the next boot");
+        assert!(
+            l.proof.is_none() && !l.is_empty(),
+            "kept to tell the next boot"
+        );
         assert_eq!(l.plan(true), Plan::Quiet);
         assert!(!l.boot_noted("a", true, false, 1));
         assert!(!l.boot_noted("", true, false, 2), "unreadable: nothing");

@@ -1,14 +1,18 @@
 //! The proof after a reboot (`[acceptance] after_reboot`): a node back
 //! from a reboot gpu-health asked for stays drained until the acceptance
-//! tier passed on it. What is due and what a tier run came to; pure:
+//! tier passed on it; with `after_any_boot` a boot it did not ask for
+//! too (`boot.rs`: the drain is then the proof's own, made by the first
+//! run of the boot). What is due and what a tier run came to; pure:
 //! `run::health_check` runs the tier and talks to Slurm.
 
 use super::{capped, Ledger, MAX_WHY};
 
 impl Ledger {
     /// The node waits for the tier: back from a reboot asked with
-    /// `prove`, gpu-health's drain stands, no fault open (a fault of the
-    /// new boot drains it again instead), the tier has not passed yet.
+    /// `prove` or from a boot not asked for, gpu-health's drain stands
+    /// (for a boot not asked for: once its drain was made), no fault open
+    /// (a fault of the new boot drains it with its own reason instead and
+    /// ends the proof), the tier has not passed yet.
     pub fn tier_due(&self) -> bool {
         self.proof_stands() && self.proof.as_ref().is_some_and(|p| p.passed_ms.is_none())
     }

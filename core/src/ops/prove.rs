@@ -7,7 +7,10 @@
 //! and the HCAs), and never from slurmd's start-up run of the health
 //! check: that run comes before slurmd registers, while slurmctld still
 //! shows the reboot pending (`REBOOT_ISSUED`); the next interval's run
-//! proves the node.
+//! proves the node. After a boot gpu-health did not ask for (a crash,
+//! `[acceptance] after_any_boot`) slurmctld shows the node `DOWN` (with
+//! gpu-health's drain: `DOWN+DRAIN`) until slurmd registers: that waits
+//! too.
 
 use crate::slurm::NodeInfo;
 
@@ -102,6 +105,18 @@ mod tests {
             );
         }
         assert!(matches!(may_prove(None), ProveNow::Wait(_)));
+    }
+
+    #[test]
+    fn after_a_boot_not_asked_for_it_waits_until_slurmd_registered() {
+        let due = Some(crate::ledger::BOOT_PROOF_REASON);
+        for state in ["DOWN+DRAIN", "DOWN*+DRAIN", "DOWN+DRAIN+NOT_RESPONDING"] {
+            assert!(
+                matches!(may_prove(Some(&node(state, due))), ProveNow::Wait(_)),
+                "{state}"
+            );
+        }
+        assert_eq!(may_prove(Some(&node("IDLE+DRAIN", due))), ProveNow::Run);
     }
 
     #[test]

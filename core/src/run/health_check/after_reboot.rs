@@ -1,5 +1,7 @@
 //! The proof after a reboot (`[acceptance] after_reboot`): the node came
-//! back from a reboot gpu-health asked for still drained; the first
+//! back from a reboot gpu-health asked for still drained (or, with
+//! `after_any_boot`, was drained by the first run of a boot gpu-health
+//! did not ask for: `Ledger::boot_noted`); the first
 //! health check that finds it registered, idle and drained by gpu-health
 //! runs the acceptance tier, then returns it (every gate passed) or
 //! drains it again with the gate, the figure and the threshold in its
@@ -46,14 +48,18 @@ pub(super) fn prove_when_idle(turn: &mut Turn<'_>, check: &NodeCheck) -> Next {
         // Passed in an earlier run whose return did not go through.
         ProveNow::Run => Next::Done(return_proven(turn, check)),
         ProveNow::Wait(why) => {
-            let why = format!("back from the reboot, acceptance tier not run yet: {why}");
+            let why = format!(
+                "back from {}, acceptance tier not run yet: {why}",
+                the_boot(turn)
+            );
             log::info!("{}: {why}", ctx.node);
             Next::Done(HealthAction::StaysDrained(why))
         }
         ProveNow::NotOurs(why) => {
             log::warn!(
-                "{}: {why}; the acceptance tier after its reboot is not gpu-health's to run any more",
-                ctx.node
+                "{}: {why}; the acceptance tier after {} is not gpu-health's to run any more",
+                ctx.node,
+                the_boot(turn)
             );
             turn.loaded.ledger.proof_dropped();
             Next::Done(HealthAction::Nothing)
@@ -101,9 +107,10 @@ fn act_on(turn: &mut Turn<'_>, check: &NodeCheck, outcome: &TierOutcome) -> Heal
         turn.loaded.ledger.tier_inconclusive(why);
         return HealthAction::StaysDrained(format!("acceptance tier not run: {why}"));
     }
+    let after = the_boot(turn);
     if outcome.may_return() {
         log::warn!(
-            "{} passed the acceptance tier after its reboot: returning it",
+            "{} passed the acceptance tier after {after}: returning it",
             ctx.node
         );
         turn.loaded.ledger.tier_passed(ctx.now_ms);
@@ -115,7 +122,7 @@ fn act_on(turn: &mut Turn<'_>, check: &NodeCheck, outcome: &TierOutcome) -> Heal
         (_, Some(why)) => HealthAction::NotDrained(why.to_string()),
         (Plan::Drain { reason, .. }, None) => {
             log::error!(
-                "{} failed the acceptance tier after its reboot: {reason}",
+                "{} failed the acceptance tier after {after}: {reason}",
                 ctx.node
             );
             HealthAction::Drained(reason.clone())
@@ -132,8 +139,17 @@ fn return_proven(turn: &mut Turn<'_>, check: &NodeCheck) -> HealthAction {
         .ledger()
         .may_return(&ctx.config().recovery, &problems, ctx.now_ms)
     {
-        ReturnDecision::Return => resume_now(turn, "every acceptance gate passed after its reboot"),
+        ReturnDecision::Return => resume_now(turn, "every acceptance gate passed"),
         ReturnDecision::Wait(why) | ReturnDecision::NotOurs(why) => HealthAction::StaysDrained(why),
+    }
+}
+
+/// What the proof is after: a reboot gpu-health asked for, or a boot it
+/// did not ask for.
+fn the_boot(turn: &Turn<'_>) -> &'static str {
+    match &turn.ledger().proof {
+        Some(p) if p.after_boot => "a boot gpu-health did not ask for",
+        _ => "its reboot",
     }
 }
 

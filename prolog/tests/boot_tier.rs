@@ -85,7 +85,12 @@ fn gate_runs(n: &Node) -> usize {
 /// gate run yet.
 fn booted_again(n: &Node, c: &FakeCluster) {
     let r = health_check(n);
-    assert_eq!(c.reason("n1"), None, "the first boot drains nothing\n{}", r.log);
+    assert_eq!(
+        c.reason("n1"),
+        None,
+        "the first boot drains nothing\n{}",
+        r.log
+    );
     assert_eq!(c.drains(), 0, "{}", r.log);
     assert!(n.path("state/ledger.json").exists(), "the boot is kept");
     let r = health_check(n);
@@ -149,4 +154,16 @@ fn someone_who_resumes_the_node_before_the_tier_ends_the_proof() {
     let r = health_check(&n);
     assert_eq!(gate_runs(&n), 0, "{}", r.log);
     assert_eq!(c.reason("n1"), None, "left in service\n{}", r.log);
+}
+
+#[test]
+fn a_job_whose_prolog_is_the_first_run_of_the_boot_stays_off_the_node() {
+    let (n, c) = node("nccl/h100x8-good.txt", true);
+    let r = n.run(n.command("7", "0,1"));
+    assert_eq!(r.code, 0, "the first boot seen: the job runs\n{}", r.log);
+    boot(&n, "boot-2");
+    let r = n.run(n.command("8", "0,1"));
+    assert_eq!(r.code, 1, "requeued by Slurm\n{}", r.log);
+    assert_eq!(c.reason("n1").as_deref(), Some(DUE), "{}", r.log);
+    assert_eq!(gate_runs(&n), 0, "never on a job's start path");
 }

@@ -140,12 +140,9 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
     // Read only where reboots are on, one was asked, or every boot is to
     // be proven: with the default configuration a run does what it did
     // before.
-    let any_boot = crate::acceptance::wanted(
-        &ctx.config().acceptance,
-        crate::acceptance::Boot::Other,
-    );
-    let boot_id = if remediation.reboot || turn.loaded.ledger.reboot_asked.is_some() || any_boot
-    {
+    let any_boot =
+        crate::acceptance::wanted(&ctx.config().acceptance, crate::acceptance::Boot::Other);
+    let boot_id = if remediation.reboot || turn.loaded.ledger.reboot_asked.is_some() || any_boot {
         current_boot_id(ctx)
     } else {
         String::new()

@@ -63,16 +63,8 @@ mod tests {
     use super::*;
     use crate::config::{RecoveryConfig, RemediationConfig};
     use crate::finding::{Action, Finding};
-    use crate::ledger::{Plan, Recorded, ReturnDecision, RunView};
-
-    fn view(now_ms: u64) -> RunView {
-        RunView {
-            now_ms,
-            config_ok: true,
-            scans_kernel_log: true,
-            at_job_end: false,
-        }
-    }
+    use crate::ledger::tests::view;
+    use crate::ledger::{Plan, Recorded, ReturnDecision};
 
     fn see(l: &mut Ledger, f: &[Finding], now: u64) {
         l.observe(

@@ -55,18 +55,10 @@ impl Ledger {
 mod tests {
     use crate::config::{RecoveryConfig, RemediationConfig};
     use crate::finding::{Action, Finding, Remedy, REBOOT_MARK};
-    use crate::ledger::{Ledger, Plan, Recorded, ReturnDecision, RunView};
+    use crate::ledger::tests::view;
+    use crate::ledger::{Ledger, Plan, Recorded, ReturnDecision};
 
     const HOUR: u64 = 3_600_000;
-
-    fn view(now_ms: u64) -> RunView {
-        RunView {
-            now_ms,
-            config_ok: true,
-            scans_kernel_log: true,
-            at_job_end: false,
-        }
-    }
 
     fn xid79() -> Finding {
         let mut f = Finding::gpu(

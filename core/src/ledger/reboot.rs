@@ -118,18 +118,10 @@ mod tests {
     use super::*;
     use crate::config::RecoveryConfig;
     use crate::finding::{Action, Finding};
-    use crate::ledger::{Plan, Recorded, RunView};
+    use crate::ledger::tests::view;
+    use crate::ledger::{Plan, Recorded};
 
     const HOUR: u64 = 3_600_000;
-
-    fn view(now_ms: u64) -> RunView {
-        RunView {
-            now_ms,
-            config_ok: true,
-            scans_kernel_log: true,
-            at_job_end: false,
-        }
-    }
 
     fn xid(code: u32, remedy: Remedy) -> Finding {
         let mut f = Finding::gpu(

@@ -4,7 +4,9 @@ use crate::finding::drain_reason;
 
 const MIN: u64 = 60_000;
 
-fn view(now_ms: u64) -> RunView {
+/// A run that sees the whole node (also the reboot, proof and boot
+/// tests' view).
+pub(super) fn view(now_ms: u64) -> RunView {
     RunView {
         now_ms,
         config_ok: true,

@@ -8,26 +8,10 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
-
-use common::Node;
+use common::{acceptance_fixture as fixture, script, Node};
 use gpu_health_testkit::FakeCluster;
 
 const DUE: &str = "gpu-health: acceptance due after a boot (drain)";
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../core/tests/fixtures/acceptance")
-        .join(name)
-}
-
-fn script(n: &Node, name: &str, body: &str) -> PathBuf {
-    let p = n.path(name);
-    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    p
-}
 
 /// A healthy node in a fake cluster, the tier on with `after_any_boot`
 /// as given; the gates print `nccl` (an nccl-tests fixture) and a good

@@ -99,3 +99,20 @@ pub fn drain_reason(run: &Run) -> Option<String> {
     let end = line[start..].find("): ")? + start;
     Some(line[start..end].to_string())
 }
+
+/// A recorded output of a gate tool (`core/tests/fixtures/acceptance`).
+pub fn acceptance_fixture(name: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../core/tests/fixtures/acceptance")
+        .join(name)
+}
+
+/// An executable shell script `name` in the node's directory, for a
+/// stand-in program (scontrol, a gate tool).
+pub fn script(n: &Node, name: &str, body: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = n.path(name);
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}

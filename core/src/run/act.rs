@@ -307,9 +307,7 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
 
 /// This boot's id (`xid.boot_id_path`); empty when it cannot be read.
 fn current_boot_id(ctx: &RunContext) -> String {
-    std::fs::read_to_string(&ctx.config().xid.boot_id_path)
-        .map(|s| s.trim().chars().take(64).collect())
-        .unwrap_or_default()
+    crate::xid::read_boot_id(&ctx.config().xid).unwrap_or_default()
 }
 
 /// The node is drained for faults a reboot clears: ask Slurm to reboot

@@ -119,6 +119,21 @@ pub(crate) fn read_with_policy(
     Ok(out)
 }
 
+/// Longest boot id kept (the kernel's is a 36-character UUID).
+const MAX_BOOT_ID_CHARS: usize = 64;
+
+/// This boot's id (`boot_id_path`), trimmed; at most a page is read and
+/// [`MAX_BOOT_ID_CHARS`] kept. The one reader of it: the kernel-log
+/// cursor, the ledger's reboots and the metrics all take it from here.
+pub fn read_boot_id(cfg: &XidConfig) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(&cfg.boot_id_path)?
+        .take(4096)
+        .read_to_string(&mut text)?;
+    Ok(text.trim().chars().take(MAX_BOOT_ID_CHARS).collect())
+}
+
 fn read_ring(
     source: &mut dyn KmsgSource,
     since: Option<&Cursor>,
@@ -127,8 +142,8 @@ fn read_ring(
     now_ms: i64,
 ) -> std::io::Result<LogRead> {
     let mut notes = Vec::new();
-    let boot_id = match std::fs::read_to_string(&cfg.boot_id_path) {
-        Ok(s) => s.trim().to_string(),
+    let boot_id = match read_boot_id(cfg) {
+        Ok(s) => s,
         Err(e) => {
             notes.push(format!(
                 "cannot read the boot id {}: {e}; reboots cannot be told apart",

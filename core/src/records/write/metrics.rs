@@ -18,9 +18,7 @@ use crate::records::record::JobRecord;
 use crate::state::{self, StateDir, StateError, StateFile};
 
 fn boot_id(config: &Config) -> String {
-    std::fs::read_to_string(&config.xid.boot_id_path)
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    crate::xid::read_boot_id(&config.xid).unwrap_or_default()
 }
 
 /// After a check: fold what it saw into the node's health metrics and

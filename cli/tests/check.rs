@@ -235,10 +235,31 @@ fn check_judges_as_the_prolog_would() {
     let cfg = node.write_config("");
     std::fs::write(
         node.path("kernel.log"),
-        "Dec  2 01:00:00 n1 kernel: NVRM: Xid (PCI:0000:5d:00): 79, pid=7, GPU has fallen off the bus.\n",
+        format!(
+            "{} n1 kernel: NVRM: Xid (PCI:0000:5d:00): 79, pid=7, GPU has fallen off the bus.\n",
+            syslog_time_a_minute_ago()
+        ),
     )
     .unwrap();
     let (code, out, _) = run(&node, &cfg, &[]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("warn (forgeable)"), "{out}");
+}
+
+/// A classic syslog time stamp (`Dec  2 01:00:00`, UTC) of a minute ago:
+/// a fixed date would fall out of the kernel log's look-back.
+fn syslog_time_a_minute_ago() -> String {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let secs = (gpu_health_core::time::unix_ms() / 1000).saturating_sub(60) as i64;
+    let (_, month, day) = gpu_health_core::time::civil_from_days(secs.div_euclid(86_400));
+    let t = secs.rem_euclid(86_400);
+    format!(
+        "{} {day:>2} {:02}:{:02}:{:02}",
+        MONTHS[month as usize - 1],
+        t / 3600,
+        t / 60 % 60,
+        t % 60
+    )
 }

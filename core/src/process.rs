@@ -227,17 +227,18 @@ fn drive(
 ) -> Result<(Ended, Vec<u8>), RunError> {
     let name = program.display().to_string();
     let end = Instant::now() + timeout;
-    let mut child = Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .map_err(|source| RunError::Spawn {
-            program: name.clone(),
-            source,
-        })?;
+        .process_group(0);
+    die_with_parent(&mut command);
+    let mut child = command.spawn().map_err(|source| RunError::Spawn {
+        program: name.clone(),
+        source,
+    })?;
     let timed_out = || RunError::Timeout {
         program: name.clone(),
         ms: timeout.as_millis() as u64,
@@ -334,6 +335,30 @@ fn poll_ready(pipes: &[Option<File>; 2], wait: Duration) -> [bool; 2] {
             .is_some_and(|r| fds.iter().any(|f| f.fd == r.as_raw_fd() && f.revents != 0));
     }
     ready
+}
+
+/// The child is killed when the process that started it dies: a run
+/// killed by Slurm (the HealthCheckProgram's 60 s, a prolog's
+/// PrologEpilogTimeout) leaves no program behind in its own process
+/// group, where Slurm's kill of the run's group does not reach it.
+pub fn die_with_parent(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl and getppid are async-signal-safe system calls; the
+    // closure touches no memory of the parent.
+    let parent = std::process::id() as libc::pid_t;
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before the call: then nobody
+            // waits for this child.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
 }
 
 fn kill_group(child: &Child) {

@@ -6,7 +6,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gpu_health_core::acceptance::{run_tier, GateName, Hca, TierInput, Verdict};
+use gpu_health_core::acceptance::{
+    run_tier, run_tier_within, GateName, Hca, TierInput, Verdict, Within,
+};
 use gpu_health_core::config::Config;
 use gpu_health_core::finding::Action;
 use gpu_health_core::snapshot::{GpuSnapshot, NodeSnapshot};
@@ -118,11 +120,11 @@ fn every_gate_passes_on_a_good_node() {
         "{log}"
     );
     assert!(
-        log.contains("ib_write_bw -d mlx5_1 -F --report_gbits -D 5 localhost\n"),
+        log.contains("ib_write_bw -d mlx5_1 -F --report_gbits -D 3 localhost\n"),
         "{log}"
     );
     assert!(
-        log.contains("ib_write_bw -d mlx5_1 -F --report_gbits -D 5\n"),
+        log.contains("ib_write_bw -d mlx5_1 -F --report_gbits -D 3\n"),
         "{log}"
     );
     // Every loopback server was killed.
@@ -418,4 +420,107 @@ fn the_tier_is_wanted_after_the_boots_the_site_chose() {
         wanted(&cfg, Boot::RequestedReboot),
         "any boot includes a requested one"
     );
+}
+
+/// After a boot the tier runs in health checks: what does not fit one
+/// waits for the next, and what passed is not run again.
+#[test]
+fn steps_that_do_not_fit_wait_for_the_next_health_check() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = good_tools(d.path());
+    // Each loopback's limit is more than what the first run has left
+    // after its first step (a step that fits would run: the order is
+    // kept, the budget filled).
+    c.acceptance.ib_bw_timeout_s = 15;
+    let snap = h100x8();
+    let hcas = ndr(&["mlx5_0", "mlx5_1"]);
+    let input = TierInput {
+        config: &c,
+        snapshot: &snap,
+        hcas: &hcas,
+        search_path: &[],
+        job_running: None,
+    };
+    // 12 s: the first step always runs; what is left is less than the
+    // next step's own limit (nvbandwidth: 20 s).
+    let first = run_tier_within(
+        &input,
+        &Within {
+            done: &[],
+            budget: Duration::from_secs(12),
+        },
+    );
+    assert_eq!(first.steps_passed, ["all-reduce"], "{first:#?}");
+    assert_eq!(
+        first.deferred,
+        ["host-to-device", "rdma mlx5_0", "rdma mlx5_1"]
+    );
+    assert!(!first.may_return() && first.findings.is_empty());
+    // The next health check: the rest fits in 45 s; all-reduce not again.
+    let second = run_tier_within(
+        &input,
+        &Within {
+            done: &first.steps_passed,
+            budget: Duration::from_secs(45),
+        },
+    );
+    assert_eq!(
+        second.steps_passed,
+        ["host-to-device", "rdma mlx5_0", "rdma mlx5_1"]
+    );
+    assert!(
+        second.deferred.is_empty() && second.may_return(),
+        "{second:#?}"
+    );
+    let log = calls(d.path());
+    assert_eq!(log.matches("all_reduce_perf").count(), 1, "{log}");
+    assert_eq!(log.matches("nvbandwidth").count(), 1, "{log}");
+}
+
+#[test]
+fn a_failed_step_is_not_passed_and_the_defaults_fit_a_health_check() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = good_tools(d.path());
+    c.acceptance.all_reduce_perf = script(
+        d.path(),
+        "slow_all_reduce",
+        &format!("cat {:?}", fixture("nccl/h100x8-slow.txt")),
+    );
+    let snap = h100x8();
+    let out = run_tier_within(
+        &TierInput {
+            config: &c,
+            snapshot: &snap,
+            hcas: &[],
+            search_path: &[],
+            job_running: None,
+        },
+        &Within {
+            done: &[],
+            budget: Duration::from_secs(45),
+        },
+    );
+    assert!(!out.steps_passed.contains(&"all-reduce".to_string()));
+    assert!(out.steps_passed.contains(&"host-to-device".to_string()));
+    assert!(!out.may_return());
+    // The shipped defaults, turned on, are a valid configuration after a
+    // boot; a gate that cannot fit a health check is a loud error.
+    let mut on = Config::default().acceptance;
+    on.enabled = true;
+    assert_eq!(on.validate(), Ok(()));
+    on.dcgm_timeout_s = 600;
+    let e = on.validate().unwrap_err();
+    assert!(e.contains("acceptance.dcgm_timeout_s = 600"), "{e}");
+    on.dcgm_timeout_s = 30;
+    on.dcgm_level = 2;
+    assert!(on.validate().unwrap_err().contains("dcgm_level = 2"));
+    on.gates.retain(|g| *g != GateName::Dcgm);
+    assert_eq!(
+        on.validate(),
+        Ok(()),
+        "no dcgm gate: its level does not matter"
+    );
+    on.after_reboot = false;
+    on.dcgm_timeout_s = 600;
+    assert_eq!(on.validate(), Ok(()), "by hand only: any limit");
 }

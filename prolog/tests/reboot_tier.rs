@@ -52,7 +52,7 @@ fn node(nccl: &str, acceptance: bool) -> (Node, FakeCluster) {
     n.write_dropin(&format!(
         "scontrol = {wrapper:?}\n[xid]\nsyslog_may_drain = true\nboot_id_path = {:?}\n\
          [brake]\nclaim_timeout_ms = 200\nsettle_ms = 100\nmax_drained_fraction = 1.0\n\
-         [remediation]\nreboot = true\n{tier}",
+         [remediation]\nreboot = true\n[recovery]\nquiet_time_s = 1\n{tier}",
         n.path("boot_id")
     ));
     (n, c)
@@ -63,14 +63,18 @@ fn boot(n: &Node, id: &str) {
 }
 
 fn xid79(n: &Node) {
+    xid(n, "79, pid=4000, name=python3, GPU has fallen off the bus.");
+}
+
+/// The kernel log holds one Xid record of a second ago (`rest`: from
+/// the code on).
+fn xid(n: &Node, rest: &str) {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64;
     let at = gpu_health_core::time::format_utc_ms(now_ms - 1_000);
-    let line = format!(
-        "{at} n1 kernel: NVRM: Xid (PCI:0000:5d:00): 79, pid=4000, name=python3, GPU has fallen off the bus.\n"
-    );
+    let line = format!("{at} n1 kernel: NVRM: Xid (PCI:0000:5d:00): {rest}\n");
     std::fs::write(n.path("kernel.log"), line).unwrap();
 }
 
@@ -172,4 +176,90 @@ fn without_the_tier_the_reboot_returns_the_node_as_before() {
         reboots(&c),
         [format!("reboot ASAP nextstate=RESUME reason={reason} n1")]
     );
+}
+
+#[test]
+fn a_drain_until_clean_fault_after_the_reboot_returns_only_through_the_gates() {
+    let (n, c) = node("nccl/h100x8-good.txt", true);
+    rebooted(&n, &c);
+    // The first run of the new boot finds an Xid 43 (drain-until-clean).
+    xid(&n, "43, pid=4100, name=python3, Ch 00000010");
+    let r = health_check(&n);
+    let reason = c.reason("n1").unwrap_or_default();
+    assert!(
+        reason.ends_with("(drain-until-clean)"),
+        "{reason}\n{}",
+        r.log
+    );
+    assert_eq!(gate_runs(&n), 0, "no tier while a fault is open\n{}", r.log);
+    // Clean and quiet past its quiet time: the tier, not the quiet time,
+    // returns the node.
+    std::thread::sleep(std::time::Duration::from_millis(2_100));
+    let r = health_check(&n);
+    assert_eq!(gate_runs(&n), 2, "the gates ran\n{}", r.log);
+    assert_eq!(c.reason("n1"), None, "returned\n{}", r.log);
+    assert!(r.log.contains("passed the acceptance tier"), "{}", r.log);
+    assert_eq!(reboots(&c).len(), 1);
+}
+
+#[test]
+fn a_configuration_that_does_not_load_runs_no_tier() {
+    let (n, c) = node("nccl/h100x8-good.txt", true);
+    rebooted(&n, &c);
+    let dropin = n.path("gpu-health.d/n1.toml");
+    let good = std::fs::read_to_string(&dropin).unwrap();
+    std::fs::write(&dropin, format!("{good}\nnvml_deadline_ms = = 3\n")).unwrap();
+    let r = health_check(&n);
+    assert!(
+        r.log
+            .contains("the acceptance tier waits for a configuration that loads"),
+        "{}",
+        r.log
+    );
+    assert_eq!(gate_runs(&n), 0, "{}", r.log);
+    assert!(c.reason("n1").is_some(), "still drained\n{}", r.log);
+    // Fixed: the next health check proves and returns it.
+    std::fs::write(&dropin, good).unwrap();
+    let r = health_check(&n);
+    assert_eq!(gate_runs(&n), 2, "{}", r.log);
+    assert_eq!(c.reason("n1"), None, "returned\n{}", r.log);
+}
+
+#[test]
+fn a_tier_longer_than_a_health_check_goes_on_in_the_next_one() {
+    let (n, c) = node("nccl/h100x8-good.txt", true);
+    // The all-reduce takes 5 s: what is left of the health check's 45 s
+    // is then less than the nvbandwidth gate's own 40 s limit.
+    let all_reduce = n.path("all_reduce_perf");
+    let body = std::fs::read_to_string(&all_reduce).unwrap();
+    std::fs::write(&all_reduce, body.replacen("\n", "\nsleep 5.2\n", 1)).unwrap();
+    let dropin = n.path("gpu-health.d/n1.toml");
+    let text = std::fs::read_to_string(&dropin).unwrap();
+    std::fs::write(&dropin, format!("{text}nvbandwidth_timeout_s = 40\n")).unwrap();
+    rebooted(&n, &c);
+    let r = health_check(&n);
+    assert!(
+        r.log
+            .contains("1 step(s) passed, 1 left for the next health check (host-to-device)"),
+        "{}",
+        r.log
+    );
+    assert!(c.reason("n1").is_some(), "not yet returned\n{}", r.log);
+    let r = health_check(&n);
+    assert_eq!(c.reason("n1"), None, "returned\n{}", r.log);
+    let runs = std::fs::read_to_string(n.path("gates.log")).unwrap();
+    assert_eq!(runs, "all_reduce_perf\nnvbandwidth\n", "each gate once");
+}
+
+#[test]
+fn turning_the_tier_off_returns_a_node_that_waits_for_it() {
+    let (n, c) = node("nccl/h100x8-good.txt", true);
+    rebooted(&n, &c);
+    let dropin = n.path("gpu-health.d/n1.toml");
+    let text = std::fs::read_to_string(&dropin).unwrap();
+    std::fs::write(&dropin, text.replace("enabled = true", "enabled = false")).unwrap();
+    let r = health_check(&n);
+    assert!(r.log.contains("no longer configured"), "{}", r.log);
+    assert_eq!(gate_runs(&n), 0, "{}", r.log);
+    assert_eq!(c.reason("n1"), None, "returned\n{}", r.log);
 }

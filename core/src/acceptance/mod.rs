@@ -26,7 +26,9 @@ use serde::Serialize;
 
 pub use crate::config::GateName;
 pub use judge::{GateResult, ToolRun, Verdict};
-pub use tier::{hcas_of, run_tier, wanted, Boot, Hca, TierInput, TierOutcome};
+pub use tier::{
+    hcas_of, run_tier, run_tier_within, wanted, Boot, Hca, TierInput, TierOutcome, Within,
+};
 
 /// Largest output kept from one tool (a table is a few KiB; a tool gone
 /// mad must not fill memory).

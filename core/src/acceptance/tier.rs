@@ -86,6 +86,18 @@ pub struct TierInput<'a> {
     pub job_running: Option<String>,
 }
 
+/// A run of the tier in one health check after a boot: the steps that
+/// passed in earlier health checks of the same proof are not run again,
+/// and a step whose own limit no longer fits in `budget` waits for the
+/// next health check (the first step of a run always runs).
+#[derive(Debug, Clone, Copy)]
+pub struct Within<'a> {
+    /// Keys of the steps passed earlier ([`TierOutcome::steps_passed`]).
+    pub done: &'a [String],
+    /// What this run may spend.
+    pub budget: Duration,
+}
+
 /// The tier's conclusion.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TierOutcome {
@@ -96,12 +108,20 @@ pub struct TierOutcome {
     pub results: Vec<GateResult>,
     /// To act on: failed gates and holding not-judged gates drain.
     pub findings: Vec<Finding>,
+    /// Keys of the steps (a gate; `rdma mlx5_0` for one HCA) this run
+    /// ran and that hold nothing against the node.
+    pub steps_passed: Vec<String>,
+    /// Keys of the steps left for a later run ([`Within`]).
+    pub deferred: Vec<String>,
 }
 
 impl TierOutcome {
-    /// The node may return: it ran, nothing failed and nothing holds it.
+    /// The node may return: it ran, every step is done, nothing failed
+    /// and nothing holds it.
     pub fn may_return(&self) -> bool {
-        self.refused.is_none() && !self.findings.iter().any(|f| f.action.drains())
+        self.refused.is_none()
+            && self.deferred.is_empty()
+            && !self.findings.iter().any(|f| f.action.drains())
     }
 
     /// 0 every gate passed, 1 a gate failed, 2 a gate not judged or the
@@ -123,52 +143,121 @@ impl TierOutcome {
 /// Time the loopback server gets to listen before its client connects.
 const SERVER_START: Duration = Duration::from_millis(1000);
 
-/// Run every configured gate, in order.
+/// One step of the tier: a gate, or the rdma gate's loopback of one HCA.
+struct Step<'a> {
+    gate: GateName,
+    hca: Option<&'a Hca>,
+}
+
+impl Step<'_> {
+    fn key(&self) -> String {
+        match self.hca {
+            Some(h) => format!("{} {}", self.gate.as_str(), h.name),
+            None => self.gate.as_str().to_string(),
+        }
+    }
+
+    /// The step's own time limit (`[acceptance]`).
+    fn limit(&self, cfg: &AcceptanceConfig) -> Duration {
+        Duration::from_secs(match self.gate {
+            GateName::Dcgm => cfg.dcgm_timeout_s,
+            GateName::AllReduce => cfg.all_reduce_timeout_s,
+            GateName::HostToDevice => cfg.nvbandwidth_timeout_s,
+            GateName::Rdma => cfg.ib_bw_timeout_s,
+        })
+    }
+}
+
+/// Run every configured gate, in order, within `[acceptance] timeout_s`
+/// (`gpu-health accept`).
 pub fn run_tier(input: &TierInput<'_>) -> TierOutcome {
+    tier(input, None)
+}
+
+/// Run the gates not passed yet, as many as fit in `within.budget`.
+pub fn run_tier_within(input: &TierInput<'_>, within: &Within<'_>) -> TierOutcome {
+    tier(input, Some(within))
+}
+
+fn tier(input: &TierInput<'_>, within: Option<&Within<'_>>) -> TierOutcome {
     let cfg = &input.config.acceptance;
     let model = input.snapshot.gpus.iter().find_map(|g| g.name.clone());
+    let mut outcome = TierOutcome {
+        refused: None,
+        model,
+        results: Vec::new(),
+        findings: Vec::new(),
+        steps_passed: Vec::new(),
+        deferred: Vec::new(),
+    };
     if let Some(why) = &input.job_running {
-        return TierOutcome {
-            refused: Some(format!("a job runs on this node ({why}): no gate ran")),
-            model,
-            results: Vec::new(),
-            findings: Vec::new(),
-        };
+        outcome.refused = Some(format!("a job runs on this node ({why}): no gate ran"));
+        return outcome;
     }
-    let th = thresholds::in_force(cfg, model.as_deref().unwrap_or("unknown GPU"));
-    let deadline = Instant::now() + Duration::from_secs(cfg.timeout_s);
-    let mut results = Vec::new();
+    let th = thresholds::in_force(cfg, outcome.model.as_deref().unwrap_or("unknown GPU"));
+    let total = Duration::from_secs(cfg.timeout_s);
+    let deadline = Instant::now() + within.map_or(total, |w| w.budget.min(total));
     let mut dcgm_findings = Vec::new();
-    for gate in &cfg.gates {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            results.push(spent(*gate, &th, cfg.timeout_s));
+    let mut ran = 0;
+    for step in steps(cfg, input) {
+        let key = step.key();
+        if within.is_some_and(|w| w.done.contains(&key)) {
             continue;
         }
-        match gate {
-            GateName::Dcgm => {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if within.is_some() && ran > 0 && left < step.limit(cfg) {
+            outcome.deferred.push(key);
+            continue;
+        }
+        if left.is_zero() {
+            outcome.results.push(spent(step.gate, &th, cfg.timeout_s));
+            continue;
+        }
+        ran += 1;
+        let before = outcome.results.len();
+        let mut failed_diag = false;
+        match (step.gate, step.hca) {
+            (GateName::Dcgm, _) => {
                 let (r, f) = dcgm_gate(input, &th, left);
-                results.push(r);
+                outcome.results.push(r);
+                failed_diag = !f.is_empty();
                 dcgm_findings.extend(f);
             }
-            GateName::AllReduce => results.push(all_reduce_gate(input, &th, left)),
-            GateName::HostToDevice => results.extend(h2d_gate(input, &th, left)),
-            GateName::Rdma => results.extend(rdma_gate(input, &th, deadline)),
+            (GateName::AllReduce, _) => outcome.results.push(all_reduce_gate(input, &th, left)),
+            (GateName::HostToDevice, _) => outcome.results.extend(h2d_gate(input, &th, left)),
+            (GateName::Rdma, hca) => outcome.results.push(rdma_step(input, &th, hca, left)),
+        }
+        let holds = outcome.results[before..]
+            .iter()
+            .filter_map(GateResult::finding)
+            .any(|f| f.action.drains());
+        if !holds && !failed_diag {
+            outcome.steps_passed.push(key);
         }
     }
     // A failed diag is told by its own findings (test and GPU).
-    let mut findings: Vec<Finding> = results
+    outcome.findings = outcome
+        .results
         .iter()
         .filter(|r| !(r.gate == GateName::Dcgm && r.verdict == Verdict::Failed))
         .filter_map(GateResult::finding)
         .collect();
-    findings.extend(dcgm_findings);
-    TierOutcome {
-        refused: None,
-        model,
-        results,
-        findings,
+    outcome.findings.extend(dcgm_findings);
+    outcome
+}
+
+/// The configured gates as steps: the rdma gate one per HCA (a single
+/// step when there is no HCA to test, which says so).
+fn steps<'a>(cfg: &AcceptanceConfig, input: &'a TierInput<'a>) -> Vec<Step<'a>> {
+    let mut steps = Vec::new();
+    for &gate in &cfg.gates {
+        if gate == GateName::Rdma && !input.hcas.is_empty() {
+            steps.extend(input.hcas.iter().map(|h| Step { gate, hca: Some(h) }));
+        } else {
+            steps.push(Step { gate, hca: None });
+        }
     }
+    steps
 }
 
 fn spent(gate: GateName, th: &InForce, total_s: u64) -> GateResult {
@@ -240,33 +329,18 @@ fn h2d_gate(input: &TierInput<'_>, th: &InForce, left: Duration) -> Vec<GateResu
     judge::judge_h2d(&run, th)
 }
 
-fn rdma_gate(input: &TierInput<'_>, th: &InForce, deadline: Instant) -> Vec<GateResult> {
+/// The loopback of one HCA (`None`: there is none to test).
+fn rdma_step(input: &TierInput<'_>, th: &InForce, hca: Option<&Hca>, left: Duration) -> GateResult {
     let cfg = &input.config.acceptance;
-    if input.hcas.is_empty() {
-        return vec![judge::not_run(
-            GateName::Rdma,
-            th,
-            "no HCA with an active port",
-            false,
-        )];
-    }
+    let Some(hca) = hca else {
+        return judge::not_run(GateName::Rdma, th, "no HCA with an active port", false);
+    };
     let Some(program) = find_program(&cfg.ib_bw, input.search_path) else {
         let why = format!("{} not found", cfg.ib_bw.display());
-        return vec![judge::not_run(GateName::Rdma, th, &why, true)];
+        return judge::not_run(GateName::Rdma, th, &why, true);
     };
-    input
-        .hcas
-        .iter()
-        .map(|hca| {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let run = if left.is_zero() {
-                ToolRun::TimedOut { ms: 0 }
-            } else {
-                loopback(&program, cfg, &hca.name, limit(cfg.ib_bw_timeout_s, left))
-            };
-            judge::judge_rdma(&hca.name, hca.rate_gbps, &run, th)
-        })
-        .collect()
+    let run = loopback(&program, cfg, &hca.name, limit(cfg.ib_bw_timeout_s, left));
+    judge::judge_rdma(&hca.name, hca.rate_gbps, &run, th)
 }
 
 /// `ib_write_bw ARGS` as the server, then `ib_write_bw ARGS localhost` as
@@ -297,14 +371,15 @@ struct Server(Child);
 impl Server {
     fn start(program: &Path, args: &[String]) -> std::io::Result<Server> {
         use std::os::unix::process::CommandExt;
-        Command::new(program)
+        let mut command = Command::new(program);
+        command
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .map(Server)
+            .process_group(0);
+        process::die_with_parent(&mut command);
+        command.spawn().map(Server)
     }
 }
 

@@ -8,6 +8,17 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::check;
 
+/// What the tier gets of one health check after a boot, seconds: Slurm
+/// kills the HealthCheckProgram after 60 s, and the probe, the node's
+/// turns and the resume need the rest. Gates that do not fit wait for
+/// the next health check (the passed ones are kept in the ledger).
+pub const HEALTH_CHECK_TIER_S: u64 = 45;
+
+/// The most one gate (or one HCA's loopback) may be given while the tier
+/// runs after a boot: it must fit in one health check's
+/// [`HEALTH_CHECK_TIER_S`] after the run's probe.
+pub const GATE_AFTER_BOOT_MAX_S: u64 = 40;
+
 /// One gate of the tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -111,17 +122,17 @@ impl Default for AcceptanceConfig {
             after_reboot: true,
             after_any_boot: false,
             timeout_s: 1800,
-            dcgm_level: 2,
-            dcgm_timeout_s: 600,
+            dcgm_level: 1,
+            dcgm_timeout_s: 30,
             all_reduce_perf: PathBuf::from("all_reduce_perf"),
             all_reduce_args: words(&["-b", "1G", "-e", "8G", "-f", "2", "-g", "{gpus}"]),
-            all_reduce_timeout_s: 300,
+            all_reduce_timeout_s: 30,
             nvbandwidth: PathBuf::from("nvbandwidth"),
             nvbandwidth_args: words(&["-t", "host_to_device_memcpy_ce"]),
-            nvbandwidth_timeout_s: 120,
+            nvbandwidth_timeout_s: 20,
             ib_bw: PathBuf::from("ib_write_bw"),
-            ib_bw_args: words(&["-d", "{hca}", "-F", "--report_gbits", "-D", "5"]),
-            ib_bw_timeout_s: 60,
+            ib_bw_args: words(&["-d", "{hca}", "-F", "--report_gbits", "-D", "3"]),
+            ib_bw_timeout_s: 10,
             hcas: Vec::new(),
             rdma_min_fraction: 0.9,
             models: BTreeMap::new(),
@@ -144,6 +155,9 @@ impl AcceptanceConfig {
         )?;
         check("acceptance.ib_bw_timeout_s", self.ib_bw_timeout_s as f64)?;
         check("acceptance.rdma_min_fraction", self.rdma_min_fraction)?;
+        if self.enabled && (self.after_reboot || self.after_any_boot) {
+            self.check_fits_a_health_check()?;
+        }
         let mut seen = Vec::new();
         for g in &self.gates {
             if seen.contains(g) {
@@ -163,6 +177,49 @@ impl AcceptanceConfig {
                         .map_err(|e| format!("{e} (in [acceptance.models.{name:?}])"))?;
                 }
             }
+        }
+        Ok(())
+    }
+}
+
+impl AcceptanceConfig {
+    /// After a boot the tier runs in health checks: every gate's limit
+    /// must fit one (else it could never be judged and every rebooted
+    /// node would wait for a person), and DCGM's level 2 and above take
+    /// minutes (they belong to `gpu-health accept` in a maintenance
+    /// window).
+    fn check_fits_a_health_check(&self) -> Result<(), String> {
+        let gates = [
+            (GateName::Dcgm, "dcgm_timeout_s", self.dcgm_timeout_s),
+            (
+                GateName::AllReduce,
+                "all_reduce_timeout_s",
+                self.all_reduce_timeout_s,
+            ),
+            (
+                GateName::HostToDevice,
+                "nvbandwidth_timeout_s",
+                self.nvbandwidth_timeout_s,
+            ),
+            (GateName::Rdma, "ib_bw_timeout_s", self.ib_bw_timeout_s),
+        ];
+        for (gate, key, limit) in gates {
+            if self.gates.contains(&gate) && limit > GATE_AFTER_BOOT_MAX_S {
+                return Err(format!(
+                    "acceptance.{key} = {limit}: after a boot the tier runs in health checks, \
+                     which give one gate at most {GATE_AFTER_BOOT_MAX_S} s (Slurm kills the \
+                     HealthCheckProgram after 60 s); lower it, or drop the {:?} gate",
+                    gate.as_str()
+                ));
+            }
+        }
+        if self.gates.contains(&GateName::Dcgm) && self.dcgm_level > 1 {
+            return Err(format!(
+                "acceptance.dcgm_level = {}: levels 2 and above take minutes, more than a \
+                 health check gives the tier after a boot; use 1 here and run the longer \
+                 levels with 'gpu-health accept' in a maintenance window",
+                self.dcgm_level
+            ));
         }
         Ok(())
     }

@@ -43,6 +43,7 @@ impl Ledger {
             passed_ms: None,
             last_try: None,
             after_boot: true,
+            steps_passed: Vec::new(),
         });
         // What was held back before the boot is acted on again.
         self.held = None;
@@ -144,7 +145,7 @@ mod tests {
         };
         assert!(matches!(
             l.may_return(&cfg, &[], u64::MAX / 2),
-            ReturnDecision::Wait(w) if w.contains("acceptance tier")
+            ReturnDecision::ProveFirst(w) if w.contains("acceptance tier")
         ));
         l.tier_passed(3_000);
         assert_eq!(l.may_return(&cfg, &[], 3_000), ReturnDecision::Return);

@@ -264,6 +264,10 @@ pub struct ProofDue {
     /// after_any_boot`): the drain is the proof's own (`kinds` is empty).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub after_boot: bool,
+    /// The tier's steps passed so far in this boot (a tier longer than
+    /// one health check is spread over several).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps_passed: Vec<String>,
 }
 
 /// A reboot that happened.

@@ -45,6 +45,10 @@ pub enum ReturnDecision {
     Return,
     /// Not yet: the text says what is missing.
     Wait(String),
+    /// Everything else allows the return, but a proof is due: the
+    /// acceptance tier runs first (`Ledger::tier_due`); the text says
+    /// which boot it proves.
+    ProveFirst(String),
     /// Not for the automatic return (a `drain` fault, no drain of ours,
     /// automatic return off): why.
     NotOurs(String),
@@ -147,9 +151,14 @@ impl Ledger {
             if self.proof.is_none() {
                 self.drain = None;
             }
-        } else if matches!(outcome, Recorded::Drained { .. }) {
-            // Drained again for a fault of the new boot (the tier's, or
-            // one back): that drain decides now, not the proof.
+        } else if matches!(outcome, Recorded::Drained { .. })
+            && self.gravest() >= Some(Action::Drain)
+        {
+            // Drained again for a fault of the new boot that asks for a
+            // person (a failed gate, a fault back): that drain decides
+            // now, not the proof. A drain-until-clean fault keeps the
+            // proof: the node returns through the tier once that fault
+            // is clean, never by its quiet time alone.
             self.proof = None;
         }
     }
@@ -191,51 +200,47 @@ impl Ledger {
                 "gpu-health has no drain of this node on record".into(),
             );
         };
-        if self.proof_stands() {
-            // Back from a reboot gpu-health asked for: the tier's pass is
-            // the proof (no quiet time: the reboot cleared the faults,
-            // the tier showed the node works).
-            let passed = self.proof.as_ref().and_then(|p| p.passed_ms).is_some();
-            return match (passed, problems.is_empty()) {
-                (true, true) => ReturnDecision::Return,
-                (true, false) => {
-                    ReturnDecision::Wait(format!("not clean: {}", problems.join("; ")))
-                }
-                (false, _) => ReturnDecision::Wait(format!(
-                    "back from {}; the acceptance tier has not passed yet",
-                    if self.proof.as_ref().is_some_and(|p| p.after_boot) {
-                        "a boot gpu-health did not ask for"
-                    } else {
-                        "the reboot gpu-health asked for"
-                    }
-                )),
-            };
-        }
         if let Some(f) = self.open_faults().find(|f| f.action == Action::Drain) {
             return ReturnDecision::NotOurs(format!(
                 "{} calls for (drain): it stays until an admin runs 'gpu-health resume'",
                 f.summary
             ));
         }
-        if !cfg.auto_return {
+        // Back from a boot with nothing open: the tier's pass is the
+        // proof (no quiet time: the reboot cleared the faults, the tier
+        // shows the node works), whatever `auto_return` says.
+        let proving = self.proof_stands();
+        if !proving && !cfg.auto_return {
             return ReturnDecision::NotOurs("recovery.auto_return is off".into());
         }
         if !problems.is_empty() {
             return ReturnDecision::Wait(format!("not clean: {}", problems.join("; ")));
         }
-        let last = self
-            .faults
-            .iter()
-            .map(|f| f.last_ms)
-            .chain([mark.at_ms, mark.last_fault_ms])
-            .max()
-            .unwrap_or(0);
-        let quiet_for = now_ms.saturating_sub(last);
-        if quiet_for < cfg.quiet_ms() {
-            return ReturnDecision::Wait(format!(
-                "clean, quiet for {} s of the {} s required",
-                quiet_for / 1000,
-                cfg.quiet_time_s
+        if !proving {
+            let last = self
+                .faults
+                .iter()
+                .map(|f| f.last_ms)
+                .chain([mark.at_ms, mark.last_fault_ms])
+                .max()
+                .unwrap_or(0);
+            let quiet_for = now_ms.saturating_sub(last);
+            if quiet_for < cfg.quiet_ms() {
+                return ReturnDecision::Wait(format!(
+                    "clean, quiet for {} s of the {} s required",
+                    quiet_for / 1000,
+                    cfg.quiet_time_s
+                ));
+            }
+        }
+        if self.proof_pending() {
+            return ReturnDecision::ProveFirst(format!(
+                "clean; back from {}, the acceptance tier has not passed yet",
+                if self.proof.as_ref().is_some_and(|p| p.after_boot) {
+                    "a boot gpu-health did not ask for"
+                } else {
+                    "the reboot gpu-health asked for"
+                }
             ));
         }
         ReturnDecision::Return

@@ -5,21 +5,35 @@
 //! run of the boot). What is due and what a tier run came to; pure:
 //! `run::health_check` runs the tier and talks to Slurm.
 
+use crate::finding::Action;
+
 use super::{capped, Ledger, MAX_WHY};
+
+/// Steps of the tier kept as passed at most (gates and HCAs).
+const MAX_STEPS: usize = 64;
 
 impl Ledger {
     /// The node waits for the tier: back from a reboot asked with
     /// `prove` or from a boot not asked for, gpu-health's drain stands
-    /// (for a boot not asked for: once its drain was made), no fault open
-    /// (a fault of the new boot drains it with its own reason instead and
-    /// ends the proof), the tier has not passed yet.
+    /// (for a boot not asked for: once its drain was made), the tier has
+    /// not passed yet, and no open fault asks for a person (such a
+    /// fault's drain ends the proof). A `drain-until-clean` fault of the
+    /// new boot does not end it: the tier runs once that fault is clean
+    /// and quiet (`Ledger::may_return` says when).
     pub fn tier_due(&self) -> bool {
-        self.proof_stands() && self.proof.as_ref().is_some_and(|p| p.passed_ms.is_none())
+        self.proof_pending() && self.open_faults().all(|f| f.action < Action::Drain)
     }
 
-    /// A proof is under way (due, or passed and the return left to do).
+    /// A proof is under way (due, or passed and the return left to do)
+    /// and no fault is open.
     pub fn proof_stands(&self) -> bool {
         self.proof.is_some() && self.drain.is_some() && self.open_faults().next().is_none()
+    }
+
+    /// gpu-health's drain stands for a proof whose tier has not passed:
+    /// no automatic return before it did.
+    pub fn proof_pending(&self) -> bool {
+        self.drain.is_some() && self.proof.as_ref().is_some_and(|p| p.passed_ms.is_none())
     }
 
     /// The tier passed: the node may return (`Ledger::may_return`); the
@@ -29,6 +43,34 @@ impl Ledger {
         if let Some(p) = &mut self.proof {
             p.passed_ms = Some(now_ms);
             p.last_try = None;
+        }
+    }
+
+    /// A tier run in a health check passed `steps` and left others for
+    /// the next one: they are not run again in this boot.
+    pub fn tier_progress(&mut self, steps: &[String]) {
+        if let Some(p) = &mut self.proof {
+            for s in steps {
+                if p.steps_passed.len() < MAX_STEPS && !p.steps_passed.contains(s) {
+                    p.steps_passed.push(capped(s, MAX_WHY));
+                }
+            }
+            p.last_try = None;
+        }
+    }
+
+    /// The proof holds for the boot it was made in: a run of another
+    /// boot (the node crashed or was rebooted while it waited) starts
+    /// the tier over, a pass included. `boot_id` empty: unreadable,
+    /// nothing changes.
+    pub fn proof_in_boot(&mut self, boot_id: &str) {
+        if let Some(p) = &mut self.proof {
+            if !boot_id.is_empty() && p.boot_id != boot_id {
+                p.boot_id = boot_id.to_string();
+                p.steps_passed.clear();
+                p.passed_ms = None;
+                p.last_try = None;
+            }
         }
     }
 
@@ -128,7 +170,7 @@ mod tests {
         let cfg = RecoveryConfig::default();
         assert!(matches!(
             l.may_return(&cfg, &[], 100 * HOUR),
-            ReturnDecision::Wait(w) if w.contains("acceptance tier")
+            ReturnDecision::ProveFirst(w) if w.contains("acceptance tier")
         ));
         // A tier that came to nothing: still due.
         l.tier_inconclusive("a job runs on this node");
@@ -204,6 +246,98 @@ mod tests {
         l.record(&Recorded::Drained { reason }, true, 61_000);
         l.reboot_requested(61_000, "boot-b", kinds, true);
         assert!(l.proof.is_none() && l.reboot_asked.is_some());
+    }
+
+    fn link_degraded() -> Finding {
+        Finding::gpu(
+            "pcie-link",
+            Action::DrainUntilClean,
+            1,
+            Some("0000:1b:00.0"),
+            "GPU1 PCIe link x8 of x16".into(),
+            "PCIe link of GPU1 degraded".into(),
+        )
+    }
+
+    fn auto() -> RecoveryConfig {
+        RecoveryConfig {
+            auto_return: true,
+            ..RecoveryConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_drain_until_clean_fault_of_the_new_boot_keeps_the_proof() {
+        let cfg = auto();
+        let mut l = rebooted(true);
+        l.observe(&[link_degraded()], &view(61_000), &cfg, &on());
+        let reason = match l.plan(true) {
+            Plan::Drain { reason, .. } => reason,
+            p => panic!("{p:?}"),
+        };
+        assert!(reason.ends_with("(drain-until-clean)"), "{reason}");
+        l.record(&Recorded::Drained { reason }, true, 61_000);
+        assert!(l.proof.is_some() && l.tier_due(), "{l:?}");
+        // The fault's own quiet time first, then the tier, never the
+        // quiet time alone.
+        assert!(matches!(
+            l.may_return(&cfg, &[], 62_000),
+            ReturnDecision::Wait(w) if w.contains("quiet")
+        ));
+        let later = 61_000 + cfg.quiet_ms();
+        assert!(matches!(
+            l.may_return(&cfg, &[], later),
+            ReturnDecision::ProveFirst(w) if w.contains("acceptance tier")
+        ));
+        l.tier_passed(later);
+        assert_eq!(l.may_return(&cfg, &[], later), ReturnDecision::Return);
+    }
+
+    #[test]
+    fn a_drain_until_clean_fault_from_before_the_reboot_waits_for_the_tier() {
+        // Xid 79 drained, the reboot asked; the jobs still run (ASAP)
+        // when a drain-until-clean fault comes, and the boot does not
+        // clear it (it was not among the reboot's kinds).
+        let cfg = on();
+        let mut l = Ledger::new("n3");
+        l.observe(&[xid79()], &view(0), &auto(), &cfg);
+        let reason = match l.plan_marked(true, true) {
+            Plan::Drain { reason, .. } => reason,
+            p => panic!("{p:?}"),
+        };
+        l.record(&Recorded::Drained { reason }, true, 0);
+        let kinds = l.reboot_wanted(&cfg, 0).expect("a reboot");
+        l.reboot_requested(0, "boot-a", kinds, true);
+        l.observe(&[link_degraded()], &view(1_000), &auto(), &cfg);
+        let reason = match l.plan(true) {
+            Plan::Drain { reason, .. } => reason,
+            p => panic!("{p:?}"),
+        };
+        l.record(&Recorded::Drained { reason }, true, 1_000);
+        assert!(l.boot_seen("boot-b", 60_000, cfg.window_ms()));
+        l.observe(&[], &view(60_000), &auto(), &cfg);
+        assert!(l.proof.is_some() && l.tier_due(), "{l:?}");
+        assert!(matches!(
+            l.may_return(&auto(), &[], 100 * HOUR),
+            ReturnDecision::ProveFirst(_)
+        ));
+    }
+
+    #[test]
+    fn the_steps_passed_hold_for_their_boot_only() {
+        let mut l = rebooted(true);
+        l.tier_progress(&["all-reduce".into(), "rdma mlx5_0".into()]);
+        l.tier_progress(&["all-reduce".into()]);
+        let steps = |l: &Ledger| l.proof.as_ref().unwrap().steps_passed.clone();
+        assert_eq!(steps(&l), ["all-reduce", "rdma mlx5_0"]);
+        assert!(l.tier_due());
+        l.proof_in_boot("boot-b");
+        l.proof_in_boot("");
+        assert_eq!(steps(&l).len(), 2, "same boot, or unreadable: kept");
+        l.tier_passed(70_000);
+        // A crash before the return: the tier starts over in the new boot.
+        l.proof_in_boot("boot-c");
+        assert!(steps(&l).is_empty() && l.tier_due(), "{l:?}");
     }
 
     #[test]

@@ -94,6 +94,7 @@ impl Ledger {
                 passed_ms: None,
                 last_try: None,
                 after_boot: false,
+                steps_passed: Vec::new(),
             });
         } else {
             self.drain = None;

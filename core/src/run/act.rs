@@ -306,7 +306,7 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
 }
 
 /// This boot's id (`xid.boot_id_path`); empty when it cannot be read.
-fn current_boot_id(ctx: &RunContext) -> String {
+pub(super) fn current_boot_id(ctx: &RunContext) -> String {
     crate::xid::read_boot_id(&ctx.config().xid).unwrap_or_default()
 }
 
@@ -432,11 +432,18 @@ pub fn not_drained_note(outcome: &ActOutcome) -> Option<Finding> {
         Some(DrainOutcome::Failed(_)) => "drain failed",
         _ => "drain not allowed: configuration error",
     };
+    // A boot's proof drains without a fault (`Ledger::boot_noted`).
+    let what = match &outcome.plan {
+        Plan::Drain { reason, .. } if reason == crate::ledger::BOOT_PROOF_REASON => {
+            "this node waits for its acceptance tier after a boot and should have been drained"
+        }
+        _ => "this node has a fault that should have drained it",
+    };
     Some(Finding::node(
         "brake",
         Action::Warn,
         summary.to_string(),
-        format!("this node has a fault that should have drained it, but it was not drained: {why}"),
+        format!("{what}, but it was not drained: {why}"),
     ))
 }
 

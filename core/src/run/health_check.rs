@@ -133,7 +133,7 @@ pub fn run(ctx: &RunContext) -> HealthReport {
         // Decided in the turn; DCGM runs outside it (it takes minutes),
         // then the return is made in a turn of its own.
         Next::ConfirmWithDcgm => confirm_with_dcgm(ctx, &check),
-        Next::Prove => after_reboot::prove(ctx, &check),
+        Next::Prove(done) => after_reboot::prove(ctx, &check, &done),
     };
     log::info!("health check on {}: {}", ctx.node, action.describe());
     HealthReport {
@@ -153,8 +153,9 @@ enum Next {
     Done(HealthAction),
     /// The node may return once DCGM finds nothing (`dcgm.before_return`).
     ConfirmWithDcgm,
-    /// Back from a reboot: run the acceptance tier (`after_reboot`).
-    Prove,
+    /// Back from a reboot: run the acceptance tier (`after_reboot`),
+    /// but for the steps already passed in this boot.
+    Prove(Vec<String>),
 }
 
 /// gpu-health's drain stands and nothing new was found: return the node
@@ -167,6 +168,9 @@ fn return_when_quiet(turn: &mut Turn<'_>, check: &NodeCheck) -> Next {
     match turn.ledger().may_return(cfg, &problems, ctx.now_ms) {
         ReturnDecision::Return if ctx.config().dcgm.before_return => Next::ConfirmWithDcgm,
         ReturnDecision::Return => Next::Done(resume_now(turn, QUIET)),
+        // A drain-until-clean fault of a boot still to prove went quiet:
+        // the tier decides the return.
+        ReturnDecision::ProveFirst(_) => prove_when_idle(turn, check),
         ReturnDecision::Wait(why) | ReturnDecision::NotOurs(why) => {
             Next::Done(HealthAction::StaysDrained(why))
         }
@@ -196,6 +200,17 @@ pub(super) fn resume_now(turn: &mut Turn<'_>, why: &str) -> HealthAction {
                 ctx.node, me.state
             );
             log::info!("{why}");
+            return HealthAction::StaysDrained(why);
+        }
+        // Someone drained it with their own reason since this run looked
+        // (the tier and DCGM run outside the turn, for seconds): theirs.
+        if me.is_drained() && !me.drained_by_us() {
+            let why = format!(
+                "{} is clean, but someone drained it meanwhile ({:?}): not returned",
+                ctx.node,
+                crate::text::printable(me.reason.as_deref().unwrap_or(""))
+            );
+            log::warn!("{why}");
             return HealthAction::StaysDrained(why);
         }
     }
@@ -238,9 +253,9 @@ fn confirm_with_dcgm(ctx: &RunContext, check: &NodeCheck) -> HealthAction {
         let cfg = &ctx.config().recovery;
         match turn.ledger().may_return(cfg, &problems, ctx.now_ms) {
             ReturnDecision::Return => resume_now(&mut turn, QUIET),
-            ReturnDecision::Wait(why) | ReturnDecision::NotOurs(why) => {
-                HealthAction::StaysDrained(why)
-            }
+            ReturnDecision::Wait(why)
+            | ReturnDecision::NotOurs(why)
+            | ReturnDecision::ProveFirst(why) => HealthAction::StaysDrained(why),
         }
     };
     turn.commit();

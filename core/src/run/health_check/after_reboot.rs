@@ -9,31 +9,50 @@
 //!
 //! The tier runs outside the node's turn (like DCGM before a return) and
 //! within the health check's time: Slurm kills the HealthCheckProgram
-//! after 60 s, so the whole tier gets at most [`TIER_LIMIT_S`] here, each
-//! gate its own limit within that.
+//! after 60 s, so one health check gives the tier what is left of
+//! [`HEALTH_CHECK_TIER_S`] since the run started. Steps that do not fit
+//! wait for the next health check; the passed ones are kept in the
+//! ledger for this boot (`Ledger::tier_progress`).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::acceptance::{self, GateResult, TierInput, TierOutcome, Verdict};
+use crate::acceptance::{self, GateResult, TierInput, TierOutcome, Verdict, Within};
+use crate::config::HEALTH_CHECK_TIER_S;
 use crate::finding::Finding;
 use crate::ledger::{Plan, ReturnDecision};
 use crate::ops::prove::{may_prove, ProveNow};
 use crate::ops::recovery;
 
-use super::super::act::{self, Turn};
+use super::super::act::{self, current_boot_id, Turn};
 use super::super::node_check::NodeCheck;
 use super::super::RunContext;
 use super::{resume_now, HealthAction, Next};
-
-/// The whole tier's limit in a health check, seconds: Slurm kills the
-/// HealthCheckProgram after 60 s, and the probe, the turns and the
-/// resume need the rest.
-pub const TIER_LIMIT_S: u64 = 45;
 
 /// In the turn: whether the tier may run now (from the node's line in
 /// Slurm), or the return is left to do after a tier that passed.
 pub(super) fn prove_when_idle(turn: &mut Turn<'_>, check: &NodeCheck) -> Next {
     let ctx = turn.ctx;
+    if !ctx.config_ok() {
+        // The tier's gates, limits and thresholds come from the
+        // configuration: not judged on one that failed to load.
+        let why = format!(
+            "back from {}: the acceptance tier waits for a configuration that loads",
+            the_boot(turn)
+        );
+        log::error!("{}: {why}", ctx.node);
+        return Next::Done(HealthAction::StaysDrained(why));
+    }
+    turn.loaded.ledger.proof_in_boot(&current_boot_id(ctx));
+    if !tier_still_wanted(turn) {
+        // The site turned the tier off since the reboot: the node
+        // returns as it would have without it.
+        log::warn!(
+            "{}: the acceptance tier after {} is no longer configured: returning without it",
+            ctx.node,
+            the_boot(turn)
+        );
+        turn.loaded.ledger.tier_passed(ctx.now_ms);
+    }
     let me = match turn.slurm().show_node(&ctx.node) {
         Ok(me) => me,
         Err(e) => {
@@ -44,7 +63,13 @@ pub(super) fn prove_when_idle(turn: &mut Turn<'_>, check: &NodeCheck) -> Next {
         }
     };
     match may_prove(me.as_ref()) {
-        ProveNow::Run if turn.ledger().tier_due() => Next::Prove,
+        ProveNow::Run if turn.ledger().tier_due() => Next::Prove(
+            turn.ledger()
+                .proof
+                .as_ref()
+                .map(|p| p.steps_passed.clone())
+                .unwrap_or_default(),
+        ),
         // Passed in an earlier run whose return did not go through.
         ProveNow::Run => Next::Done(return_proven(turn, check)),
         ProveNow::Wait(why) => {
@@ -67,24 +92,30 @@ pub(super) fn prove_when_idle(turn: &mut Turn<'_>, check: &NodeCheck) -> Next {
     }
 }
 
-/// Run the tier (outside the turn), then act on it in a turn of its own,
-/// after the ledger was read again.
-pub(super) fn prove(ctx: &RunContext, check: &NodeCheck) -> HealthAction {
-    let mut config = ctx.config().clone();
-    config.acceptance.timeout_s = config.acceptance.timeout_s.min(TIER_LIMIT_S);
+/// Run the tier (outside the turn) but for the steps `done` earlier in
+/// this boot, then act on it in a turn of its own, after the ledger was
+/// read again.
+pub(super) fn prove(ctx: &RunContext, check: &NodeCheck, done: &[String]) -> HealthAction {
+    let config = ctx.config();
     let fabric = crate::fabric::read_fabric(&config.sysfs_root).unwrap_or_else(|e| {
         log::warn!("cannot list the HCAs for the acceptance tier: {e}");
         Default::default()
     });
     let hcas = acceptance::hcas_of(&config.acceptance, &fabric);
     let t0 = Instant::now();
-    let outcome = acceptance::run_tier(&TierInput {
-        config: &config,
-        snapshot: &check.snapshot,
-        hcas: &hcas,
-        search_path: &ctx.search_path,
-        job_running: busy_gpus(check),
-    });
+    let outcome = acceptance::run_tier_within(
+        &TierInput {
+            config,
+            snapshot: &check.snapshot,
+            hcas: &hcas,
+            search_path: &ctx.search_path,
+            job_running: busy_gpus(check),
+        },
+        &Within {
+            done,
+            budget: budget_left(ctx),
+        },
+    );
     log_tier(ctx, &outcome, t0.elapsed().as_millis());
     let mut turn = match Turn::take(ctx) {
         Ok(t) => t,
@@ -98,6 +129,13 @@ pub(super) fn prove(ctx: &RunContext, check: &NodeCheck) -> HealthAction {
     let action = act_on(&mut turn, check, &outcome);
     turn.commit();
     action
+}
+
+/// What this health check has left for the tier: [`HEALTH_CHECK_TIER_S`]
+/// less the time since the run started (its probe, its turn).
+fn budget_left(ctx: &RunContext) -> Duration {
+    let spent_ms = crate::time::unix_ms().saturating_sub(ctx.now_ms);
+    Duration::from_secs(HEALTH_CHECK_TIER_S).saturating_sub(Duration::from_millis(spent_ms))
 }
 
 /// What the tier came to, written down and acted on.
@@ -117,6 +155,17 @@ fn act_on(turn: &mut Turn<'_>, check: &NodeCheck, outcome: &TierOutcome) -> Heal
         return return_proven(turn, check);
     }
     let findings = failed_findings(outcome);
+    if findings.is_empty() && !outcome.deferred.is_empty() {
+        turn.loaded.ledger.tier_progress(&outcome.steps_passed);
+        let why = format!(
+            "acceptance tier after {after}: {} step(s) passed, {} left for the next health check ({})",
+            outcome.steps_passed.len(),
+            outcome.deferred.len(),
+            outcome.deferred.join(", ")
+        );
+        log::info!("{}: {why}", ctx.node);
+        return HealthAction::StaysDrained(why);
+    }
     let acted = act::act(turn, &findings, &act::node_run_view(ctx));
     match (&acted.plan, acted.not_drained()) {
         (_, Some(why)) => HealthAction::NotDrained(why.to_string()),
@@ -140,8 +189,20 @@ fn return_proven(turn: &mut Turn<'_>, check: &NodeCheck) -> HealthAction {
         .may_return(&ctx.config().recovery, &problems, ctx.now_ms)
     {
         ReturnDecision::Return => resume_now(turn, "every acceptance gate passed"),
-        ReturnDecision::Wait(why) | ReturnDecision::NotOurs(why) => HealthAction::StaysDrained(why),
+        ReturnDecision::Wait(why)
+        | ReturnDecision::NotOurs(why)
+        | ReturnDecision::ProveFirst(why) => HealthAction::StaysDrained(why),
     }
+}
+
+/// Whether the configuration still asks for the tier after the boot
+/// the proof is for.
+fn tier_still_wanted(turn: &Turn<'_>) -> bool {
+    let boot = match &turn.ledger().proof {
+        Some(p) if p.after_boot => acceptance::Boot::Other,
+        _ => acceptance::Boot::RequestedReboot,
+    };
+    acceptance::wanted(&turn.ctx.config().acceptance, boot)
 }
 
 /// What the proof is after: a reboot gpu-health asked for, or a boot it

@@ -28,6 +28,9 @@ struct Report<'a> {
     /// reason), `warn` (strict jobs refused), `hold` (configuration
     /// error), `nothing`.
     prolog_would: PrologWould,
+    /// The acceptance tier the node waits for after a boot, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    acceptance_due: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -154,6 +157,7 @@ pub fn run(p: &Parsed, start: impl FnOnce() -> RunContext) -> i32 {
         findings: &check.findings,
         worst: worst.map_or("ok", Action::as_str),
         prolog_would: PrologWould::of(&would),
+        acceptance_due: preview::acceptance_due(&ctx),
     };
     if p.flag("json") {
         match serde_json::to_string_pretty(&report) {
@@ -288,6 +292,9 @@ fn print_table(r: &Report<'_>, fallback: &str) {
         None => println!("verdict: {}", r.worst),
     }
     println!("{}", printable(&r.prolog_would.text));
+    if let Some(due) = &r.acceptance_due {
+        println!("{}", printable(due));
+    }
 }
 
 /// The action, and `(forgeable)` for a finding read from a line users can

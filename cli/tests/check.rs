@@ -263,3 +263,31 @@ fn syslog_time_a_minute_ago() -> String {
         t % 60
     )
 }
+
+/// A node waiting for its acceptance tier says so, and which steps passed.
+#[test]
+fn check_shows_the_acceptance_tier_a_node_waits_for() {
+    let node = SimNode::new("h100x8-healthy");
+    let cfg = node.write_config("");
+    std::fs::create_dir_all(node.path("state")).unwrap();
+    std::fs::write(
+        node.path("state/ledger.json"),
+        r#"{"version":1,"node":"n1","drain":{"reason":"gpu-health: Xid 79 GPU3 0000:5d:00.0 (reboot)","kind":"drain","at_ms":1000,"last_fault_ms":1000},"proof":{"since_ms":60000,"boot_id":"b","kinds":["Xid 79"],"steps_passed":["all-reduce"]}}"#,
+    )
+    .unwrap();
+    let (_, out, err) = output(
+        Command::new(gpu_health_testkit::program(env!(
+            "CARGO_BIN_EXE_gpu-health"
+        )))
+        .arg("check")
+        .env_clear()
+        .env("GPU_HEALTH_CONFIG", &cfg)
+        .env("SLURMD_NODENAME", "n1"),
+    );
+    assert!(
+        out.contains(
+            "acceptance tier due after the reboot gpu-health asked for (Xid 79) since 1970-01-01T00:01:00"
+        ) && out.contains("passed so far: all-reduce"),
+        "{out}{err}"
+    );
+}

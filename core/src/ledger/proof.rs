@@ -74,8 +74,37 @@ impl Ledger {
         }
     }
 
+    /// One line on the proof for `gpu-health check`: what it is after,
+    /// since when (UTC), the steps passed, the last try; `None` without
+    /// a proof.
+    pub fn proof_summary(&self) -> Option<String> {
+        let p = self.proof.as_ref()?;
+        let after = if p.after_boot {
+            "a boot gpu-health did not ask for".to_string()
+        } else {
+            format!("the reboot gpu-health asked for ({})", p.kinds.join(", "))
+        };
+        let since = crate::time::format_utc_ms(p.since_ms);
+        let state = match p.passed_ms {
+            Some(ms) => format!(
+                "passed {}, the return is left to do",
+                crate::time::format_utc_ms(ms)
+            ),
+            None if p.steps_passed.is_empty() => "no step passed yet".to_string(),
+            None => format!("passed so far: {}", p.steps_passed.join(", ")),
+        };
+        let last = p
+            .last_try
+            .as_ref()
+            .map(|w| format!("; last try: {w}"))
+            .unwrap_or_default();
+        Some(format!(
+            "acceptance tier due after {after} since {since}: {state}{last}"
+        ))
+    }
+
     /// A tier run came to no verdict (a job came, nothing held the node
-    /// and nothing passed): it stays due; `why` for `gpu-health status`.
+    /// and nothing passed): it stays due; `why` for `gpu-health check`.
     pub fn tier_inconclusive(&mut self, why: &str) {
         if let Some(p) = &mut self.proof {
             p.last_try = Some(capped(why, MAX_WHY));
@@ -328,6 +357,13 @@ mod tests {
         let mut l = rebooted(true);
         l.tier_progress(&["all-reduce".into(), "rdma mlx5_0".into()]);
         l.tier_progress(&["all-reduce".into()]);
+        let line = l.proof_summary().unwrap();
+        assert!(
+            line.starts_with(
+                "acceptance tier due after the reboot gpu-health asked for (Xid 79) since "
+            ) && line.ends_with(": passed so far: all-reduce, rdma mlx5_0"),
+            "{line}"
+        );
         let steps = |l: &Ledger| l.proof.as_ref().unwrap().steps_passed.clone();
         assert_eq!(steps(&l), ["all-reduce", "rdma mlx5_0"]);
         assert!(l.tier_due());

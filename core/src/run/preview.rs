@@ -79,3 +79,9 @@ pub fn prolog_would(ctx: &RunContext, check: &NodeCheck) -> WouldDo {
         }
     }
 }
+
+/// The acceptance tier the node waits for, if any (`Ledger::proof_summary`),
+/// from the ledger on disk.
+pub fn acceptance_due(ctx: &RunContext) -> Option<String> {
+    act::peek(ctx)?.proof_summary()
+}

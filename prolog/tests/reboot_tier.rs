@@ -263,3 +263,34 @@ fn turning_the_tier_off_returns_a_node_that_waits_for_it() {
     assert_eq!(gate_runs(&n), 0, "{}", r.log);
     assert_eq!(c.reason("n1"), None, "returned\n{}", r.log);
 }
+
+#[test]
+fn one_tier_at_a_time() {
+    let (n, c) = node("nccl/h100x8-good.txt", true);
+    rebooted(&n, &c);
+    // Another run's tier holds the lock.
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(n.path("state/tier.lock"))
+        .unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this test owns.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let r = health_check(&n);
+    drop(lock);
+    assert!(
+        r.log.contains("another run's acceptance tier is under way"),
+        "{}",
+        r.log
+    );
+    assert_eq!(gate_runs(&n), 0, "{}", r.log);
+    let r = health_check(&n);
+    assert_eq!(
+        c.reason("n1"),
+        None,
+        "returned once the lock is free\n{}",
+        r.log
+    );
+}

@@ -205,6 +205,7 @@ mod tests {
             StateFile::LedgerUnreadable,
             StateFile::RunLock,
             StateFile::TextfileLock,
+            StateFile::TierLock,
         ];
         for u in untyped {
             assert!(bound.iter().all(|(f, _)| *f != u));

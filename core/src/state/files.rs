@@ -76,6 +76,9 @@ pub enum StateFile {
     RunLock,
     /// The lock file of the writers of the Prometheus textfile.
     TextfileLock,
+    /// Held while an acceptance tier runs on the node (outside the run
+    /// lock, for seconds): two tiers at once would measure each other.
+    TierLock,
     /// Before the ledger: the drain gpu-health made (read once, folded
     /// into the ledger, removed).
     LegacyDrainRecord,
@@ -123,6 +126,7 @@ impl StateFile {
             StateFile::LedgerUnreadable => "ledger.unreadable.json".into(),
             StateFile::RunLock => "run.lock".into(),
             StateFile::TextfileLock => "textfile.lock".into(),
+            StateFile::TierLock => "tier.lock".into(),
             StateFile::LegacyDrainRecord => "drain.json".into(),
             StateFile::LegacyPendingDrain => "pending-drain.json".into(),
             StateFile::LegacyReturnHistory => "returns.json".into(),
@@ -142,7 +146,7 @@ impl StateFile {
             // The ledger is bounded by construction (`ledger::MAX_FAULTS`,
             // capped texts) to a few hundred KiB.
             StateFile::Ledger | StateFile::SpooledRecord { .. } => 1 << 20,
-            StateFile::RunLock | StateFile::TextfileLock => 0,
+            StateFile::RunLock | StateFile::TextfileLock | StateFile::TierLock => 0,
             StateFile::RecentJobs => 16 << 20,
             _ => 4 << 20,
         }

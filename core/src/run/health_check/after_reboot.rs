@@ -22,6 +22,7 @@ use crate::finding::Finding;
 use crate::ledger::{Plan, ReturnDecision};
 use crate::ops::prove::{may_prove, ProveNow};
 use crate::ops::recovery;
+use crate::state::{StateError, StateFile};
 
 use super::super::act::{self, current_boot_id, Turn};
 use super::super::node_check::NodeCheck;
@@ -96,6 +97,21 @@ pub(super) fn prove_when_idle(turn: &mut Turn<'_>, check: &NodeCheck) -> Next {
 /// this boot, then act on it in a turn of its own, after the ledger was
 /// read again.
 pub(super) fn prove(ctx: &RunContext, check: &NodeCheck, done: &[String]) -> HealthAction {
+    // One tier at a time (a health check by hand beside Slurm's): two
+    // all-reduces at once would each measure half the bandwidth.
+    let _tier = match ctx.state.lock_file(StateFile::TierLock, Duration::ZERO) {
+        Ok(lock) => lock,
+        Err(StateError::Busy { .. }) => {
+            let why = "another run's acceptance tier is under way on this node".to_string();
+            log::info!("{}: {why}", ctx.node);
+            return HealthAction::StaysDrained(why);
+        }
+        Err(e) => {
+            let why = format!("the acceptance tier did not run: {e}");
+            log::warn!("{}: {why}", ctx.node);
+            return HealthAction::StaysDrained(why);
+        }
+    };
     let config = ctx.config();
     let fabric = crate::fabric::read_fabric(&config.sysfs_root).unwrap_or_else(|e| {
         log::warn!("cannot list the HCAs for the acceptance tier: {e}");

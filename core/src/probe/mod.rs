@@ -2,6 +2,7 @@
 
 pub mod nvml;
 pub mod sysfs;
+mod wire;
 
 /// Whether this process runs inside job `job`'s cgroup (`.../job_<id>/...`
 /// in any line of `cgroup_file`, i.e. `/proc/self/cgroup`): so a Prolog
@@ -50,8 +51,8 @@ const MAX_SNAPSHOT_BYTES: u64 = 16 << 20;
 /// A GPU that fell off the bus or a stuck GSP can hold an NVML call in
 /// uninterruptible sleep; a thread in that state keeps its process from
 /// exiting, so the call must not run in the prolog itself. The child gets
-/// /dev/null as stdio (never slurmd's pipes) and sends its snapshot as JSON
-/// through a pipe. On timeout it is sent SIGKILL and abandoned.
+/// /dev/null as stdio (never slurmd's pipes) and sends its snapshot through
+/// a pipe ([`wire`]). On timeout it is sent SIGKILL and abandoned.
 ///
 /// Must be called from a single-threaded process (the prolog, epilog and
 /// admin command are).
@@ -109,8 +110,7 @@ fn fork_probe(
     match outcome {
         PipeRead::Done(bytes) => {
             reap(pid, Duration::from_millis(200));
-            serde_json::from_slice(&bytes)
-                .map_err(|e| crashed(format!("bad snapshot from probe: {e}")))
+            wire::decode(&bytes).map_err(|e| crashed(format!("bad snapshot from probe: {e}")))
         }
         PipeRead::TimedOut => {
             // SAFETY: pid is our child.
@@ -141,10 +141,9 @@ fn child_main(library: Option<&Path>, opts: ProbeOptions, out: OwnedFd) -> ! {
     }
     let snap = probe_in_process(library, opts);
     let mut file = std::fs::File::from(out);
-    // One write: the parent polls per read, and unbuffered serde output
-    // would cost thousands of system calls.
-    let ok = serde_json::to_vec(&snap)
-        .is_ok_and(|bytes| std::io::Write::write_all(&mut file, &bytes).is_ok());
+    // One write of the whole answer (the parent polls per read), in the
+    // compact form of `wire`, not JSON: both ends are this program.
+    let ok = std::io::Write::write_all(&mut file, &wire::encode(&snap)).is_ok();
     drop(file);
     // SAFETY: _exit skips atexit handlers and destructors that belong to
     // the parent (the NVML library's own teardown may block).

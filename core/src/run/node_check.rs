@@ -42,8 +42,12 @@ pub fn probe(
 ) -> Probed {
     let cfg = ctx.config();
     let deadline = Duration::from_millis(cfg.nvml_deadline_ms);
-    let mut snapshot = probe::probe_with_deadline(cfg.nvml_library.as_deref(), opts, deadline);
-    snapshot.pci_gpus = probe::sysfs::nvidia_gpus_on_pci(&cfg.sysfs_root);
+    // The PCI bus is read while the child waits for NVML.
+    let (mut snapshot, pci_gpus) =
+        probe::probe_with_deadline_while(cfg.nvml_library.as_deref(), opts, deadline, || {
+            probe::sysfs::nvidia_gpus_on_pci(&cfg.sysfs_root)
+        });
+    snapshot.pci_gpus = pci_gpus;
     if job_view.is_some() {
         snapshot.number_as_on_node();
     }

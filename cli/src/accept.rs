@@ -8,7 +8,7 @@ use gpu_health_core::fabric::read_fabric;
 use gpu_health_core::probe::{self, ProbeOptions};
 use gpu_health_core::run::RunContext;
 use gpu_health_core::snapshot::NodeSnapshot;
-use gpu_health_core::state::StateDir;
+use gpu_health_core::state::{StateDir, StateError, StateFile};
 use gpu_health_core::text::printable;
 use serde::Serialize;
 
@@ -78,6 +78,23 @@ pub fn run(p: &Parsed, start: impl FnOnce() -> RunContext) -> i32 {
         Err(e) => return crate::usage_error(&crate::commands::ACCEPT, &e),
     };
     let ctx = start();
+    // One tier at a time: beside a health check's tier (after a reboot),
+    // each all-reduce would measure half the bandwidth and fail a good
+    // node. A state directory this user cannot lock in holds no tier.
+    let _tier = match ctx.state.lock_file(StateFile::TierLock, Duration::ZERO) {
+        Err(StateError::Busy { .. }) => {
+            eprintln!(
+                "gpu-health accept: another acceptance tier runs on {} (a health check proving it after a boot); try again when it is done",
+                ctx.node
+            );
+            return 2;
+        }
+        Err(e) => {
+            log::info!("the tier's lock was not taken: {e}");
+            None
+        }
+        Ok(lock) => lock,
+    };
     let mut config = ctx.config().clone();
     if let Some(g) = gates {
         config.acceptance.gates = g;

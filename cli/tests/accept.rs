@@ -263,3 +263,28 @@ fn an_unknown_gate_is_a_usage_error() {
     assert_eq!(code, 2);
     assert!(err.contains("unknown gate \"burn\""), "{err}");
 }
+
+#[test]
+fn a_tier_under_way_keeps_accept_off_the_node() {
+    let node = SimNode::new("h100x8-healthy");
+    let cfg = config(&node, &good(&node), "");
+    std::fs::create_dir_all(node.path("state")).unwrap();
+    // A health check's tier holds the node's tier lock (`flock` holds it
+    // until its `cat` ends with its input).
+    let mut holder = Command::new("flock")
+        .arg("--close")
+        .arg(node.path("state/tier.lock"))
+        .arg("cat")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (code, out, err) = accept(&cfg, &[]);
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert!(err.contains("another acceptance tier runs on"), "{err}");
+    assert!(!out.contains("all-reduce"), "no gate ran: {out}");
+    let (code, out, err) = accept(&cfg, &[]);
+    assert_eq!(code, 0, "free again\n{out}\n{err}");
+}

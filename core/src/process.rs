@@ -89,8 +89,31 @@ pub fn run(
     timeout: Duration,
     max_output: usize,
 ) -> Result<Finished, RunError> {
+    run_with(program, args, timeout, max_output, false)
+}
+
+/// [`run`], and the program is killed when this process dies
+/// ([`die_with_parent`]): for the acceptance tier's gates, which a
+/// health check killed by Slurm must not leave running (two bandwidth
+/// tests at once measure each other).
+pub fn run_tied(
+    program: &Path,
+    args: &[&str],
+    timeout: Duration,
+    max_output: usize,
+) -> Result<Finished, RunError> {
+    run_with(program, args, timeout, max_output, true)
+}
+
+fn run_with(
+    program: &Path,
+    args: &[&str],
+    timeout: Duration,
+    max_output: usize,
+    tied: bool,
+) -> Result<Finished, RunError> {
     let mut stdout = Vec::new();
-    let (ended, stderr) = drive(program, args, timeout, max_output, &mut |chunk| {
+    let (ended, stderr) = drive(program, args, timeout, max_output, tied, &mut |chunk| {
         keep(&mut stdout, chunk, max_output);
         Flow::Continue
     })?;
@@ -124,7 +147,7 @@ pub fn run_lines(
     mut on_line: impl FnMut(Line<'_>) -> Flow,
 ) -> Result<Streamed, RunError> {
     let mut lines = LineSplitter::new(max_line);
-    let (ended, stderr) = drive(program, args, timeout, MAX_STDERR, &mut |chunk| {
+    let (ended, stderr) = drive(program, args, timeout, MAX_STDERR, false, &mut |chunk| {
         lines.feed(chunk, &mut on_line)
     })?;
     if let Ended::Exited(_) = ended {
@@ -223,6 +246,7 @@ fn drive(
     args: &[&str],
     timeout: Duration,
     max_stderr: usize,
+    tied: bool,
     sink: &mut dyn FnMut(&[u8]) -> Flow,
 ) -> Result<(Ended, Vec<u8>), RunError> {
     let name = program.display().to_string();
@@ -234,7 +258,9 @@ fn drive(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    die_with_parent(&mut command);
+    if tied {
+        die_with_parent(&mut command);
+    }
     let mut child = command.spawn().map_err(|source| RunError::Spawn {
         program: name.clone(),
         source,
@@ -337,10 +363,13 @@ fn poll_ready(pipes: &[Option<File>; 2], wait: Duration) -> [bool; 2] {
     ready
 }
 
-/// The child is killed when the process that started it dies: a run
-/// killed by Slurm (the HealthCheckProgram's 60 s, a prolog's
-/// PrologEpilogTimeout) leaves no program behind in its own process
-/// group, where Slurm's kill of the run's group does not reach it.
+/// The child is killed when the thread that started it dies (the whole
+/// process, for gpu-health's runs, which start programs from their one
+/// thread): a run killed by Slurm (the HealthCheckProgram's 60 s) leaves
+/// no program behind in its own process group, where Slurm's kill of the
+/// run's group does not reach it. Only for the tier's programs: it makes
+/// std fork instead of vfork, and the other programs (scontrol, the
+/// plugin's step-end from slurmstepd) end within their time limits.
 pub fn die_with_parent(command: &mut Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: prctl and getppid are async-signal-safe system calls; the

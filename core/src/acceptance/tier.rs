@@ -88,8 +88,9 @@ pub struct TierInput<'a> {
 
 /// A run of the tier in one health check after a boot: the steps that
 /// passed in earlier health checks of the same proof are not run again,
-/// and a step whose own limit no longer fits in `budget` waits for the
-/// next health check (the first step of a run always runs).
+/// and a step whose own limit does not fit in what is left of `budget`
+/// waits for the next health check (the caller keeps every limit below
+/// the budget: `AcceptanceConfig::fitted_to_a_health_check`).
 #[derive(Debug, Clone, Copy)]
 pub struct Within<'a> {
     /// Keys of the steps passed earlier ([`TierOutcome::steps_passed`]).
@@ -198,14 +199,15 @@ fn tier(input: &TierInput<'_>, within: Option<&Within<'_>>) -> TierOutcome {
     let total = Duration::from_secs(cfg.timeout_s);
     let deadline = Instant::now() + within.map_or(total, |w| w.budget.min(total));
     let mut dcgm_findings = Vec::new();
-    let mut ran = 0;
     for step in steps(cfg, input) {
         let key = step.key();
         if within.is_some_and(|w| w.done.contains(&key)) {
             continue;
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        if within.is_some() && ran > 0 && left < step.limit(cfg) {
+        // In a health check a step is never cut short (a time-out would
+        // hold the node for a person): it waits for one with time for it.
+        if within.is_some() && left < step.limit(cfg) {
             outcome.deferred.push(key);
             continue;
         }
@@ -213,7 +215,6 @@ fn tier(input: &TierInput<'_>, within: Option<&Within<'_>>) -> TierOutcome {
             outcome.results.push(spent(step.gate, &th, cfg.timeout_s));
             continue;
         }
-        ran += 1;
         let before = outcome.results.len();
         let mut failed_diag = false;
         match (step.gate, step.hca) {
@@ -443,7 +444,7 @@ fn run_tool(program: &Path, args: &[String], search_path: &[PathBuf], limit: Dur
 fn run_found(program: &Path, args: &[String], limit: Duration) -> ToolRun {
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let t0 = Instant::now();
-    let out = process::run(program, &argv, limit, MAX_OUTPUT);
+    let out = process::run_tied(program, &argv, limit, MAX_OUTPUT);
     log::info!(
         "acceptance: {} {} finished in {} ms",
         program.display(),

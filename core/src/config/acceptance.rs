@@ -14,10 +14,10 @@ use super::keys::check;
 /// the next health check (the passed ones are kept in the ledger).
 pub const HEALTH_CHECK_TIER_S: u64 = 45;
 
-/// The most one gate (or one HCA's loopback) may be given while the tier
+/// The most one gate (or one HCA's loopback) is given while the tier
 /// runs after a boot: it must fit in one health check's
-/// [`HEALTH_CHECK_TIER_S`] after the run's probe.
-pub const GATE_AFTER_BOOT_MAX_S: u64 = 40;
+/// [`HEALTH_CHECK_TIER_S`] after the run's probe and turn.
+pub const GATE_AFTER_BOOT_MAX_S: u64 = 35;
 
 /// One gate of the tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -155,9 +155,6 @@ impl AcceptanceConfig {
         )?;
         check("acceptance.ib_bw_timeout_s", self.ib_bw_timeout_s as f64)?;
         check("acceptance.rdma_min_fraction", self.rdma_min_fraction)?;
-        if self.enabled && (self.after_reboot || self.after_any_boot) {
-            self.check_fits_a_health_check()?;
-        }
         let mut seen = Vec::new();
         for g in &self.gates {
             if seen.contains(g) {
@@ -183,44 +180,52 @@ impl AcceptanceConfig {
 }
 
 impl AcceptanceConfig {
-    /// After a boot the tier runs in health checks: every gate's limit
-    /// must fit one (else it could never be judged and every rebooted
-    /// node would wait for a person), and DCGM's level 2 and above take
-    /// minutes (they belong to `gpu-health accept` in a maintenance
-    /// window).
-    fn check_fits_a_health_check(&self) -> Result<(), String> {
-        let gates = [
-            (GateName::Dcgm, "dcgm_timeout_s", self.dcgm_timeout_s),
+    /// The tier as a health check runs it after a boot: every gate's
+    /// limit cut to [`GATE_AFTER_BOOT_MAX_S`] and DCGM at level 1 (levels
+    /// 2 and above take minutes: `gpu-health accept` runs them as
+    /// configured, in a maintenance window). A limit above that could
+    /// never be judged in a health check and would hold every rebooted
+    /// node for a person; refusing the configuration instead would stop
+    /// every drain on a site that upgraded with the old limits. Returns
+    /// the copy and a note per change, to be logged loudly.
+    pub fn fitted_to_a_health_check(&self) -> (AcceptanceConfig, Vec<String>) {
+        let mut fitted = self.clone();
+        let mut notes = Vec::new();
+        let max = GATE_AFTER_BOOT_MAX_S;
+        for (gate, key, limit) in [
+            (GateName::Dcgm, "dcgm_timeout_s", &mut fitted.dcgm_timeout_s),
             (
                 GateName::AllReduce,
                 "all_reduce_timeout_s",
-                self.all_reduce_timeout_s,
+                &mut fitted.all_reduce_timeout_s,
             ),
             (
                 GateName::HostToDevice,
                 "nvbandwidth_timeout_s",
-                self.nvbandwidth_timeout_s,
+                &mut fitted.nvbandwidth_timeout_s,
             ),
-            (GateName::Rdma, "ib_bw_timeout_s", self.ib_bw_timeout_s),
-        ];
-        for (gate, key, limit) in gates {
-            if self.gates.contains(&gate) && limit > GATE_AFTER_BOOT_MAX_S {
-                return Err(format!(
-                    "acceptance.{key} = {limit}: after a boot the tier runs in health checks, \
-                     which give one gate at most {GATE_AFTER_BOOT_MAX_S} s (Slurm kills the \
-                     HealthCheckProgram after 60 s); lower it, or drop the {:?} gate",
-                    gate.as_str()
+            (
+                GateName::Rdma,
+                "ib_bw_timeout_s",
+                &mut fitted.ib_bw_timeout_s,
+            ),
+        ] {
+            if self.gates.contains(&gate) && *limit > max {
+                notes.push(format!(
+                    "acceptance.{key} = {limit} is cut to {max} s after a boot: the tier runs in \
+                     health checks, which Slurm kills after 60 s"
                 ));
+                *limit = max;
             }
         }
         if self.gates.contains(&GateName::Dcgm) && self.dcgm_level > 1 {
-            return Err(format!(
-                "acceptance.dcgm_level = {}: levels 2 and above take minutes, more than a \
-                 health check gives the tier after a boot; use 1 here and run the longer \
-                 levels with 'gpu-health accept' in a maintenance window",
+            notes.push(format!(
+                "acceptance.dcgm_level = {} runs as level 1 after a boot: levels 2 and above \
+                 take minutes, more than a health check has; run them with 'gpu-health accept'",
                 self.dcgm_level
             ));
+            fitted.dcgm_level = 1;
         }
-        Ok(())
+        (fitted, notes)
     }
 }

@@ -151,15 +151,22 @@ impl Ledger {
             if self.proof.is_none() {
                 self.drain = None;
             }
-        } else if matches!(outcome, Recorded::Drained { .. })
-            && self.gravest() >= Some(Action::Drain)
-        {
-            // Drained again for a fault of the new boot that asks for a
-            // person (a failed gate, a fault back): that drain decides
-            // now, not the proof. A drain-until-clean fault keeps the
-            // proof: the node returns through the tier once that fault
-            // is clean, never by its quiet time alone.
-            self.proof = None;
+        } else if matches!(outcome, Recorded::Drained { .. }) {
+            if self.gravest() >= Some(Action::Drain) {
+                // Drained again for a fault of the new boot that asks
+                // for a person (a failed gate, a fault back): that drain
+                // decides now, not the proof.
+                self.proof = None;
+            } else if fresh {
+                // A drain-until-clean fault keeps the proof: the node
+                // returns through the tier once that fault is clean,
+                // never by its quiet time alone; and what the tier
+                // showed before the fault no longer stands.
+                if let Some(p) = &mut self.proof {
+                    p.passed_ms = None;
+                    p.steps_passed.clear();
+                }
+            }
         }
     }
 

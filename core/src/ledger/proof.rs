@@ -323,6 +323,37 @@ mod tests {
     }
 
     #[test]
+    fn a_drain_until_clean_fault_after_a_pass_or_steps_starts_the_tier_over() {
+        let cfg = auto();
+        for passed in [false, true] {
+            let mut l = rebooted(true);
+            l.tier_progress(&["all-reduce".into()]);
+            if passed {
+                // Passed, but the return did not go through.
+                l.tier_passed(61_000);
+            }
+            l.observe(&[link_degraded()], &view(62_000), &cfg, &on());
+            let reason = match l.plan(true) {
+                Plan::Drain { reason, .. } => reason,
+                p => panic!("{p:?}"),
+            };
+            l.record(&Recorded::Drained { reason }, true, 62_000);
+            let p = l.proof.as_ref().expect("kept");
+            assert!(p.passed_ms.is_none() && p.steps_passed.is_empty(), "{p:?}");
+            let later = 62_000 + cfg.quiet_ms();
+            assert!(matches!(
+                l.may_return(&cfg, &[], later),
+                ReturnDecision::ProveFirst(_)
+            ));
+            // The fault stays open in later runs that do not find it again
+            // (not fresh): what passes then is kept.
+            l.tier_progress(&["dcgm".into()]);
+            l.record(&Recorded::Nothing, false, later);
+            assert_eq!(l.proof.as_ref().unwrap().steps_passed, ["dcgm"]);
+        }
+    }
+
+    #[test]
     fn a_drain_until_clean_fault_from_before_the_reboot_waits_for_the_tier() {
         // Xid 79 drained, the reboot asked; the jobs still run (ASAP)
         // when a drain-until-clean fault comes, and the boot does not

@@ -133,7 +133,7 @@ pub fn run(ctx: &RunContext) -> HealthReport {
         // Decided in the turn; DCGM runs outside it (it takes minutes),
         // then the return is made in a turn of its own.
         Next::ConfirmWithDcgm => confirm_with_dcgm(ctx, &check),
-        Next::Prove(done) => after_reboot::prove(ctx, &check, &done),
+        Next::Prove => after_reboot::prove(ctx, &check),
     };
     log::info!("health check on {}: {}", ctx.node, action.describe());
     HealthReport {
@@ -153,9 +153,8 @@ enum Next {
     Done(HealthAction),
     /// The node may return once DCGM finds nothing (`dcgm.before_return`).
     ConfirmWithDcgm,
-    /// Back from a reboot: run the acceptance tier (`after_reboot`),
-    /// but for the steps already passed in this boot.
-    Prove(Vec<String>),
+    /// Back from a reboot: run the acceptance tier (`after_reboot`).
+    Prove,
 }
 
 /// gpu-health's drain stands and nothing new was found: return the node

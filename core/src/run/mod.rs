@@ -51,6 +51,10 @@ pub struct RunContext {
     pub state: StateDir,
     /// Unix ms when the run started.
     pub now_ms: u64,
+    /// When the run started, on the monotonic clock: what a run has
+    /// spent of its time limit (the wall clock may step, as chrony does
+    /// right after a boot).
+    pub started: std::time::Instant,
     /// Slurm as the run's acting steps reach it: `None` runs `scontrol`
     /// (the configured program, with the run's budget); the fault
     /// ledger's model test gives a model of slurmctld.
@@ -72,6 +76,7 @@ impl RunContext {
         explicit: Option<&Path>,
         access: StateAccess,
     ) -> RunContext {
+        let started = std::time::Instant::now();
         let now_ms = crate::time::unix_ms();
         let (node, node_note) = ids::this_node(&env);
         let loaded = config::load_for_node(explicit, &node, &env);
@@ -99,6 +104,7 @@ impl RunContext {
             loaded,
             state,
             now_ms,
+            started,
             slurm: None,
             search_path: env("PATH")
                 .map(|p| std::env::split_paths(&p).collect())

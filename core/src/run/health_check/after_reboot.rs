@@ -64,13 +64,7 @@ pub(super) fn prove_when_idle(turn: &mut Turn<'_>, check: &NodeCheck) -> Next {
         }
     };
     match may_prove(me.as_ref()) {
-        ProveNow::Run if turn.ledger().tier_due() => Next::Prove(
-            turn.ledger()
-                .proof
-                .as_ref()
-                .map(|p| p.steps_passed.clone())
-                .unwrap_or_default(),
-        ),
+        ProveNow::Run if turn.ledger().tier_due() => Next::Prove,
         // Passed in an earlier run whose return did not go through.
         ProveNow::Run => Next::Done(return_proven(turn, check)),
         ProveNow::Wait(why) => {
@@ -93,16 +87,17 @@ pub(super) fn prove_when_idle(turn: &mut Turn<'_>, check: &NodeCheck) -> Next {
     }
 }
 
-/// Run the tier (outside the turn) but for the steps `done` earlier in
+/// Run the tier (outside the turn) but for the steps passed earlier in
 /// this boot, then act on it in a turn of its own, after the ledger was
 /// read again.
-pub(super) fn prove(ctx: &RunContext, check: &NodeCheck, done: &[String]) -> HealthAction {
-    // One tier at a time (a health check by hand beside Slurm's): two
-    // all-reduces at once would each measure half the bandwidth.
+pub(super) fn prove(ctx: &RunContext, check: &NodeCheck) -> HealthAction {
+    // One tier at a time (a health check by hand beside Slurm's, or
+    // `gpu-health accept`): two all-reduces at once would each measure
+    // half the bandwidth.
     let _tier = match ctx.state.lock_file(StateFile::TierLock, Duration::ZERO) {
         Ok(lock) => lock,
         Err(StateError::Busy { .. }) => {
-            let why = "another run's acceptance tier is under way on this node".to_string();
+            let why = "another acceptance tier is under way on this node".to_string();
             log::info!("{}: {why}", ctx.node);
             return HealthAction::StaysDrained(why);
         }
@@ -112,7 +107,21 @@ pub(super) fn prove(ctx: &RunContext, check: &NodeCheck, done: &[String]) -> Hea
             return HealthAction::StaysDrained(why);
         }
     };
-    let config = ctx.config();
+    // Read again under the tier's lock: since this run's turn another
+    // run may have returned the node, or passed steps.
+    let Some(done) = act::peek(ctx)
+        .filter(|l| l.tier_due())
+        .and_then(|l| l.proof)
+        .map(|p| p.steps_passed)
+    else {
+        return HealthAction::Nothing;
+    };
+    let (fitted, notes) = ctx.config().acceptance.fitted_to_a_health_check();
+    for n in &notes {
+        log::warn!("{}: {n}", ctx.node);
+    }
+    let mut config = ctx.config().clone();
+    config.acceptance = fitted;
     let fabric = crate::fabric::read_fabric(&config.sysfs_root).unwrap_or_else(|e| {
         log::warn!("cannot list the HCAs for the acceptance tier: {e}");
         Default::default()
@@ -121,15 +130,15 @@ pub(super) fn prove(ctx: &RunContext, check: &NodeCheck, done: &[String]) -> Hea
     let t0 = Instant::now();
     let outcome = acceptance::run_tier_within(
         &TierInput {
-            config,
+            config: &config,
             snapshot: &check.snapshot,
             hcas: &hcas,
             search_path: &ctx.search_path,
             job_running: busy_gpus(check),
         },
         &Within {
-            done,
-            budget: budget_left(ctx),
+            done: &done,
+            budget: Duration::from_secs(HEALTH_CHECK_TIER_S).saturating_sub(ctx.started.elapsed()),
         },
     );
     log_tier(ctx, &outcome, t0.elapsed().as_millis());
@@ -145,13 +154,6 @@ pub(super) fn prove(ctx: &RunContext, check: &NodeCheck, done: &[String]) -> Hea
     let action = act_on(&mut turn, check, &outcome);
     turn.commit();
     action
-}
-
-/// What this health check has left for the tier: [`HEALTH_CHECK_TIER_S`]
-/// less the time since the run started (its probe, its turn).
-fn budget_left(ctx: &RunContext) -> Duration {
-    let spent_ms = crate::time::unix_ms().saturating_sub(ctx.now_ms);
-    Duration::from_secs(HEALTH_CHECK_TIER_S).saturating_sub(Duration::from_millis(spent_ms))
 }
 
 /// What the tier came to, written down and acted on.
@@ -268,7 +270,7 @@ fn log_tier(ctx: &RunContext, outcome: &TierOutcome, ms: u128) {
         }
     }
     log::info!(
-        "{}: acceptance tier after the reboot: {} gate result(s) in {ms} ms",
+        "{}: acceptance tier: {} gate result(s) in {ms} ms",
         ctx.node,
         outcome.results.len()
     );

@@ -240,14 +240,10 @@ impl Ledger {
                 ));
             }
         }
-        if self.proof_pending() {
+        if let Some(p) = self.proof.as_ref().filter(|_| self.proof_pending()) {
             return ReturnDecision::ProveFirst(format!(
                 "clean; back from {}, the acceptance tier has not passed yet",
-                if self.proof.as_ref().is_some_and(|p| p.after_boot) {
-                    "a boot gpu-health did not ask for"
-                } else {
-                    "the reboot gpu-health asked for"
-                }
+                p.boot_words()
             ));
         }
         ReturnDecision::Return

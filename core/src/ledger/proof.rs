@@ -7,10 +7,21 @@
 
 use crate::finding::Action;
 
-use super::{capped, Ledger, MAX_WHY};
+use super::{capped, Ledger, ProofDue, MAX_WHY};
 
 /// Steps of the tier kept as passed at most (gates and HCAs).
 const MAX_STEPS: usize = 64;
+
+impl ProofDue {
+    /// The boot it proves, in words for reasons and logs.
+    pub fn boot_words(&self) -> &'static str {
+        if self.after_boot {
+            "a boot gpu-health did not ask for"
+        } else {
+            "the reboot gpu-health asked for"
+        }
+    }
+}
 
 impl Ledger {
     /// The node waits for the tier: back from a reboot asked with
@@ -80,9 +91,9 @@ impl Ledger {
     pub fn proof_summary(&self) -> Option<String> {
         let p = self.proof.as_ref()?;
         let after = if p.after_boot {
-            "a boot gpu-health did not ask for".to_string()
+            p.boot_words().to_string()
         } else {
-            format!("the reboot gpu-health asked for ({})", p.kinds.join(", "))
+            format!("{} ({})", p.boot_words(), p.kinds.join(", "))
         };
         let since = crate::time::format_utc_ms(p.since_ms);
         let state = match p.passed_ms {

@@ -227,7 +227,7 @@ fn tier_still_wanted(turn: &Turn<'_>) -> bool {
 /// did not ask for.
 fn the_boot(turn: &Turn<'_>) -> &'static str {
     match &turn.ledger().proof {
-        Some(p) if p.after_boot => "a boot gpu-health did not ask for",
+        Some(p) if p.after_boot => p.boot_words(),
         _ => "its reboot",
     }
 }

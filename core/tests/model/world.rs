@@ -384,7 +384,11 @@ impl World {
         // A drain the brake allows, with Slurm and the configuration fine,
         // and a fault the ledger or the log holds: the node ends drained
         // and neither job starts.
-        let faulty = self.ledger().is_some_and(|l| !l.faults.is_empty());
+        // A fault a reboot cleared stays written down for its quiet time
+        // (its reboots counted) but no longer stands against the node.
+        let faulty = self
+            .ledger()
+            .is_some_and(|l| l.open_faults().next().is_some());
         let mode = *self.slurm.mode.lock().unwrap();
         if faulty && self.others_drained == 0 && mode == SlurmMode::Works && !self.typo {
             prop_assert!(

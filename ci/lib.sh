@@ -215,16 +215,17 @@ gh_ours_among() {
         done
 }
 
-# Prologs of this cluster still running: slurmd builds the Prolog's
-# environment itself (so the harness marker is not in it), with this
-# cluster's SLURM_CONF and SLURM_SCRIPT_CONTEXT=prolog_slurmd.
+# Prologs of this cluster still running, and their NVML probe children
+# (a fork, named gpu-health-nvml): slurmd builds the Prolog's environment
+# itself (so the harness marker is not in it), with this cluster's
+# SLURM_CONF and SLURM_SCRIPT_CONTEXT=prolog_slurmd.
 gh_cluster_prologs() {
     local p pid c
     for p in /proc/[0-9]*; do
         pid=${p#/proc/}
         c=""
         read -r c 2>/dev/null <"$p/comm" || continue
-        [[ $c == gpu-health-prol ]] || continue
+        [[ $c == gpu-health-prol || $c == gpu-health-nvml ]] || continue
         tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qxF "SLURM_CONF=$GH_DIR/etc/slurm.conf" || continue
         tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qxF "SLURM_SCRIPT_CONTEXT=prolog_slurmd" || continue
         printf '%s\n' "$pid"

@@ -19,6 +19,7 @@
 pub mod acceptance;
 pub mod checks;
 pub mod config;
+pub mod entry;
 pub mod fabric;
 pub mod finding;
 pub mod ids;

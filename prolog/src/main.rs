@@ -5,24 +5,37 @@
 //! with `--health-check` it runs the health check instead
 //! (gpu_health_core::run::invocation).
 //! The runs live in gpu_health_core::run.
+//!
+//! `main` is the C entry itself (`#![no_main]`): std's runtime start is
+//! skipped, as it is a measurable part of a run paid before every job
+//! (gpu_health_core::entry says what it did that still is done).
+
+#![no_main]
+
+use std::ffi::{c_char, c_int};
 
 use gpu_health_core::logging;
 use gpu_health_core::run::{
     self, health_check, prolog, Invocation, JobEnv, RunContext, StateAccess,
 };
 
-fn main() {
+/// The process's entry, called by the C runtime with the arguments, which
+/// std reads on its own (`std::env::args`). Ends through
+/// `std::process::exit`, which flushes stdout.
+#[no_mangle]
+extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
+    gpu_health_core::entry::prepare();
     logging::init("gpu-health-prolog", log::Level::Warn);
     let mut health = false;
     for arg in std::env::args().skip(1) {
         match arg.as_str() {
             "--help" | "-h" => {
                 print!("{HELP}");
-                return;
+                std::process::exit(0);
             }
             "--version" => {
                 println!("gpu-health-prolog {}", env!("CARGO_PKG_VERSION"));
-                return;
+                std::process::exit(0);
             }
             "--health-check" => health = true,
             // Slurm passes none; an unknown word must not stop a job start.

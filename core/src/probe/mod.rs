@@ -143,8 +143,10 @@ fn fork_probe<T>(
 }
 
 fn child_main(library: Option<&Path>, opts: ProbeOptions, out: OwnedFd) -> ! {
-    // SAFETY: plain libc calls on fds owned by this process.
+    // SAFETY: plain libc calls on fds owned by this process; the name
+    // (15 bytes and its NUL) tells the probe apart in ps, top and profiles.
     unsafe {
+        libc::prctl(libc::PR_SET_NAME, c"gpu-health-nvml".as_ptr());
         let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
         if devnull >= 0 {
             libc::dup2(devnull, 0);

@@ -51,6 +51,11 @@ pub struct ProbeOptions {
 
 /// Probe NVML in this process. May block as long as the driver does; use
 /// [`super::probe_with_deadline`] from anything Slurm waits on.
+///
+/// NVML is left initialised and its library loaded: the caller is the
+/// probe child, which `_exit`s right after, and the kernel releases the
+/// driver's handles then. `nvmlShutdown` and unloading the library would
+/// only cost the run time (and the shutdown can block like any call).
 pub fn probe_in_process(library: Option<&Path>, opts: ProbeOptions) -> NodeSnapshot {
     let mut snap = NodeSnapshot::default();
     let mut builder = Nvml::builder();
@@ -110,6 +115,8 @@ pub fn probe_in_process(library: Option<&Path>, opts: ProbeOptions) -> NodeSnaps
     if opts.topology {
         snap.topology = Some(link_matrix(&devices));
     }
+    drop(devices);
+    std::mem::forget(nvml);
     snap
 }
 

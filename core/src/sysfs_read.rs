@@ -139,19 +139,35 @@ pub fn read_attr(path: &Path) -> Result<String, SysfsError> {
 /// `max` entries (only `max + 1` are read). Names that are not UTF-8 come
 /// back with U+FFFD in place of the bad bytes (no caller accepts those).
 pub fn list_dir(dir: &Path, max: usize) -> Result<Vec<String>, SysfsError> {
-    let mut names = Vec::new();
+    let mut names: Vec<String> = list_dir_numbered(dir, max)?
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// The entries of `dir` in the order the listing gives them (not sorted),
+/// each with its inode number as the listing gives it (no `stat`). In
+/// sysfs an entry's number is the kernel object's: a device removed and
+/// added again comes back with another one. Bounded as [`list_dir`].
+pub fn list_dir_numbered(dir: &Path, max: usize) -> Result<Vec<(String, u64)>, SysfsError> {
+    use std::os::unix::fs::DirEntryExt;
+    let mut entries = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| SysfsError::io(dir, e))? {
         let entry = entry.map_err(|e| SysfsError::io(dir, e))?;
-        if names.len() == max {
+        if entries.len() == max {
             return Err(SysfsError::TooManyEntries {
                 path: dir.to_path_buf(),
                 max,
             });
         }
-        names.push(entry.file_name().to_string_lossy().into_owned());
+        entries.push((
+            entry.file_name().to_string_lossy().into_owned(),
+            entry.ino(),
+        ));
     }
-    names.sort();
-    Ok(names)
+    Ok(entries)
 }
 
 #[cfg(test)]

@@ -4,13 +4,62 @@
 use std::path::Path;
 
 use crate::snapshot::normalize_pci;
-use crate::sysfs_read::{list_dir, read_attr};
+use crate::sysfs_read::{list_dir_numbered, read_attr, SysfsError};
 
 const NVIDIA_VENDOR: &str = "0x10de";
 
 /// PCI functions listed at most: large nodes with SR-IOV have a few
 /// thousand; more is not a PCI bus.
 const MAX_PCI_FUNCTIONS: usize = 16384;
+
+/// The devices under `<sysfs_root>/bus/pci/devices`, by name and sysfs
+/// entry number, as one directory listing gives them.
+pub struct PciListing {
+    entries: Vec<(String, u64)>,
+}
+
+impl PciListing {
+    pub fn read(sysfs_root: &Path) -> Result<PciListing, SysfsError> {
+        let entries = list_dir_numbered(&devices_dir(sysfs_root), MAX_PCI_FUNCTIONS)?;
+        Ok(PciListing { entries })
+    }
+
+    /// Changes when a device is added, removed, or removed and added
+    /// again (its entry number changes): the count and the wrapping sum of
+    /// each entry's FNV-1a hash over its name and number, so the listing's
+    /// order does not matter and nothing is sorted. The kernel sets a
+    /// device's vendor and class when it adds the device, so the same
+    /// listing in the same boot has the same GPUs.
+    pub fn fingerprint(&self) -> String {
+        let sum = self.entries.iter().fold(0u64, |sum, (name, number)| {
+            let h = fnv1a(FNV_OFFSET, name.as_bytes());
+            sum.wrapping_add(fnv1a(fnv1a(h, &[0]), &number.to_le_bytes()))
+        });
+        format!("{}:{sum:016x}", self.entries.len())
+    }
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// What one pass over the PCI bus found.
+pub struct PciScan {
+    /// Normalised bus ids of the NVIDIA GPUs, sorted.
+    pub nvidia_gpus: Vec<String>,
+    /// Every device's attributes could be read (none was skipped).
+    pub complete: bool,
+}
+
+fn devices_dir(sysfs_root: &Path) -> std::path::PathBuf {
+    sysfs_root.join("bus/pci/devices")
+}
 
 /// Normalised bus ids of NVIDIA display/3D controllers under
 /// `<sysfs_root>/bus/pci/devices` (NVSwitches and audio functions are not
@@ -19,43 +68,51 @@ const MAX_PCI_FUNCTIONS: usize = 16384;
 /// `vendor` or `class` belongs skips that device with a warning, never a
 /// hang.
 pub fn nvidia_gpus_on_pci(sysfs_root: &Path) -> Vec<String> {
-    let dir = sysfs_root.join("bus/pci/devices");
-    let names = match list_dir(&dir, MAX_PCI_FUNCTIONS) {
-        Ok(n) => n,
+    match PciListing::read(sysfs_root) {
+        Ok(listing) => scan_nvidia_gpus(sysfs_root, &listing).nvidia_gpus,
         Err(e) => {
             if !e.is_not_found() {
                 log::warn!("PCI devices not listed: {e}");
             }
-            return Vec::new();
+            Vec::new()
         }
+    }
+}
+
+/// [`nvidia_gpus_on_pci`] over the devices of `listing`: one read of
+/// `vendor` per device, and of `class` for NVIDIA's.
+pub fn scan_nvidia_gpus(sysfs_root: &Path, listing: &PciListing) -> PciScan {
+    let dir = devices_dir(sysfs_root);
+    let mut scan = PciScan {
+        nvidia_gpus: Vec::new(),
+        complete: true,
     };
-    let mut out = Vec::new();
-    for name in names {
-        let Some(bdf) = normalize_pci(&name) else {
+    for (name, _) in &listing.entries {
+        let Some(bdf) = normalize_pci(name) else {
             continue;
         };
-        let path = dir.join(&name);
-        let read = |f: &str| match read_attr(&path.join(f)) {
+        let path = dir.join(name);
+        let mut read = |f: &str| match read_attr(&path.join(f)) {
             Ok(s) => Some(s.to_ascii_lowercase()),
             Err(e) => {
+                scan.complete = false;
                 if e.is_anomaly() {
                     log::warn!("PCI device {bdf} skipped: {e}");
                 }
                 None
             }
         };
-        // The class is read only for NVIDIA devices (one read per device).
         if read("vendor").as_deref() != Some(NVIDIA_VENDOR) {
             continue;
         }
         let Some(class) = read("class") else { continue };
         // 0x0300xx VGA controller, 0x0302xx 3D controller.
         if class.starts_with("0x0300") || class.starts_with("0x0302") {
-            out.push(bdf);
+            scan.nvidia_gpus.push(bdf);
         }
     }
-    out.sort();
-    out
+    scan.nvidia_gpus.sort();
+    scan
 }
 
 #[cfg(test)]
@@ -103,5 +160,38 @@ mod tests {
         let f = std::fs::File::create(huge.join("class")).unwrap();
         f.set_len(2 << 30).unwrap();
         assert_eq!(nvidia_gpus_on_pci(root.path()), vec!["0000:1b:00.0"]);
+        let listing = PciListing::read(root.path()).unwrap();
+        assert!(!scan_nvidia_gpus(root.path(), &listing).complete);
+    }
+
+    #[test]
+    fn the_fingerprint_follows_the_listing() {
+        let root = tempfile::tempdir().unwrap();
+        let devices = root.path().join("bus/pci/devices");
+        let add = |bdf: &str| {
+            let d = devices.join(bdf);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("vendor"), "0x10de\n").unwrap();
+            std::fs::write(d.join("class"), "0x030200\n").unwrap();
+        };
+        add("0000:1b:00.0");
+        add("0000:2b:00.0");
+        let print = || PciListing::read(root.path()).unwrap().fingerprint();
+        let first = print();
+        assert!(first.starts_with("2:"), "{first}");
+        assert_eq!(print(), first, "the same listing");
+        let scan = scan_nvidia_gpus(root.path(), &PciListing::read(root.path()).unwrap());
+        assert!(scan.complete);
+        assert_eq!(scan.nvidia_gpus, vec!["0000:1b:00.0", "0000:2b:00.0"]);
+        add("0000:3b:00.0");
+        let added = print();
+        assert_ne!(added, first, "a device added");
+        // Moved aside and back: the same name, another entry number.
+        let kept = root.path().join("kept");
+        std::fs::rename(devices.join("0000:3b:00.0"), &kept).unwrap();
+        assert_eq!(print(), first, "the device removed again");
+        add("0000:3b:00.0");
+        std::fs::remove_dir_all(&kept).unwrap();
+        assert_ne!(print(), added, "the device added again, as a new entry");
     }
 }

@@ -18,6 +18,7 @@ pub mod epilog;
 pub mod health_check;
 pub mod job_env;
 pub mod node_check;
+pub mod pci_bus;
 pub mod preview;
 pub mod prolog;
 pub mod resume;
@@ -189,6 +190,7 @@ mod tests {
             (crate::checks::LinkHistory::file(()), "LinkHistory"),
             (crate::snapshot::NodeSnapshot::file(()), "NodeSnapshot"),
             (crate::snapshot::NodeTopology::file(()), "NodeTopology"),
+            (pci_bus::PciBusSeen::file(()), "PciBusSeen"),
             (crate::ledger::Ledger::file(()), "Ledger"),
             (<Vec<crate::records::JobRecord>>::file(()), "recent jobs"),
             (crate::verdict::JobVerdict::file(job), "JobVerdict"),

@@ -14,7 +14,7 @@ use crate::snapshot::{NodeSnapshot, NodeTopology};
 use crate::state::StateFile;
 use crate::xid::Cursor;
 
-use super::RunContext;
+use super::{pci_bus, RunContext};
 
 /// What the probes found before the run's turn.
 pub struct Probed {
@@ -34,18 +34,29 @@ pub struct NodeCheck {
 
 /// NVML (abandoned at the deadline), the GPUs sysfs lists on the PCI bus,
 /// and every check's slow probe. `job_view`: see `CheckInput::job_view`.
+/// For the runs that act (they keep the PCI bus's answer, [`pci_bus`]).
 pub fn probe(
     ctx: &RunContext,
     opts: ProbeOptions,
     job_view: Option<usize>,
     job: Option<&JobContext>,
 ) -> Probed {
+    probe_keeping(ctx, opts, job_view, job, pci_bus::Keep::Save)
+}
+
+fn probe_keeping(
+    ctx: &RunContext,
+    opts: ProbeOptions,
+    job_view: Option<usize>,
+    job: Option<&JobContext>,
+    keep: pci_bus::Keep,
+) -> Probed {
     let cfg = ctx.config();
     let deadline = Duration::from_millis(cfg.nvml_deadline_ms);
     // The PCI bus is read while the child waits for NVML.
     let (mut snapshot, pci_gpus) =
         probe::probe_with_deadline_while(cfg.nvml_library.as_deref(), opts, deadline, || {
-            probe::sysfs::nvidia_gpus_on_pci(&cfg.sysfs_root)
+            pci_bus::nvidia_gpus(ctx, keep)
         });
     snapshot.pci_gpus = pci_gpus;
     if job_view.is_some() {
@@ -65,7 +76,8 @@ pub fn check_node(ctx: &RunContext, opts: ProbeOptions) -> NodeCheck {
 /// [`check_node`] as a job starting now would be checked (its GPUs'
 /// leftovers too), read only.
 pub fn check_node_for(ctx: &RunContext, opts: ProbeOptions, job: Option<&JobContext>) -> NodeCheck {
-    judge(ctx, probe(ctx, opts, None, job), None, job, false)
+    let probed = probe_keeping(ctx, opts, None, job, pci_bus::Keep::ReadOnly);
+    judge(ctx, probed, None, job, false)
 }
 
 /// Gather every check's state and source, and judge. The kernel log is

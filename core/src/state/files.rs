@@ -67,6 +67,9 @@ pub enum StateFile {
     /// The node's GPUs and their links (the SPANK plugin reads it at step
     /// launch), rewritten when they change.
     NodeTopology,
+    /// The NVIDIA GPUs on the PCI bus, with the boot and bus listing they
+    /// were read in (read again when either changes).
+    PciBus,
     /// The node's fault ledger: every open fault, what was done about
     /// it, gpu-health's drain and the automatic returns (`ledger`).
     Ledger,
@@ -122,6 +125,7 @@ impl StateFile {
             StateFile::NvlinkHistory => "nvlink-history.json".into(),
             StateFile::NodeSnapshot => "node-snapshot.json".into(),
             StateFile::NodeTopology => "node-topology.json".into(),
+            StateFile::PciBus => "pci-bus.json".into(),
             StateFile::Ledger => "ledger.json".into(),
             StateFile::LedgerUnreadable => "ledger.unreadable.json".into(),
             StateFile::RunLock => "run.lock".into(),

@@ -20,26 +20,25 @@ use gpu_health_core::run::{
 };
 
 /// The process's entry, called by the C runtime with the arguments, which
-/// std reads on its own (`std::env::args`). Ends through
-/// `std::process::exit`, which flushes stdout.
+/// std reads on its own (`std::env::args_os`). Ends through
+/// `std::process::exit`, which flushes stdout. Nothing may unwind out of
+/// it (a C frame): the run is `run::guarded`, and what comes before it
+/// writes without panicking.
 #[no_mangle]
 extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
     gpu_health_core::entry::prepare();
     logging::init("gpu-health-prolog", log::Level::Warn);
     let mut health = false;
-    for arg in std::env::args().skip(1) {
-        match arg.as_str() {
-            "--help" | "-h" => {
-                print!("{HELP}");
-                std::process::exit(0);
-            }
-            "--version" => {
-                println!("gpu-health-prolog {}", env!("CARGO_PKG_VERSION"));
-                std::process::exit(0);
-            }
-            "--health-check" => health = true,
+    for arg in std::env::args_os().skip(1) {
+        match arg.to_str() {
+            Some("--help" | "-h") => print_and_exit(HELP),
+            Some("--version") => print_and_exit(&format!(
+                "gpu-health-prolog {}\n",
+                env!("CARGO_PKG_VERSION")
+            )),
+            Some("--health-check") => health = true,
             // Slurm passes none; an unknown word must not stop a job start.
-            other => log::warn!("ignoring unknown argument {other:?}"),
+            _ => log::warn!("ignoring unknown argument {arg:?}"),
         }
     }
     let env = |k: &str| std::env::var(k).ok();
@@ -58,6 +57,18 @@ extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
         }
     });
     std::process::exit(code);
+}
+
+/// `--help` and `--version`: a closed or broken stdout is not an error
+/// worth more than its exit code.
+fn print_and_exit(text: &str) -> ! {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let ok = out
+        .write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_ok();
+    std::process::exit(if ok { 0 } else { 1 });
 }
 
 const HELP: &str = "\

@@ -113,6 +113,38 @@ fn disk_full() {
     assert_eq!(r.code, 0, "a full disk must not fail the job: {}", r.log);
 }
 
+/// slurmd may start the Prolog with a standard descriptor closed. The run
+/// must not take it for one of its own files: with stderr closed, the
+/// log file would land on descriptor 2 and get every line twice (once as
+/// the log, once as stderr); with all three closed, the probe child's
+/// /dev/null on 0-2 could cover the pipe its answer goes through.
+#[test]
+fn closed_standard_descriptors_are_not_the_runs_files() {
+    let close = |fds: &'static [i32]| {
+        move || {
+            for &fd in fds {
+                // SAFETY: async-signal-safe, between fork and exec.
+                unsafe { libc::close(fd) };
+            }
+            Ok(())
+        }
+    };
+    let n = Node::new("h100x8-healthy");
+    for (job, fds) in [("212", &[2][..]), ("213", &[0, 1, 2][..])] {
+        // A job GPU list with a bad entry: the run logs a warning after
+        // its log file is open.
+        let mut cmd = n.command(job, "0,x");
+        // SAFETY: the closure only closes descriptors.
+        unsafe { cmd.pre_exec(close(fds)) };
+        let r = n.run(cmd);
+        assert_eq!(r.code, 0, "{}", r.log);
+        let warned = r.log.matches("ignoring SLURM_JOB_GPUS").count();
+        assert_eq!(warned, 1, "closed {fds:?}: {}", r.log);
+        let verdict = json_file(&n, &format!("state/jobs/{job}.json"));
+        assert_eq!(verdict["findings"], serde_json::json!([]), "{verdict}");
+    }
+}
+
 #[test]
 fn corrupt_and_truncated_state_files() {
     let n = Node::new("h100x8-healthy");

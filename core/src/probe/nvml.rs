@@ -52,10 +52,11 @@ pub struct ProbeOptions {
 /// Probe NVML in this process. May block as long as the driver does; use
 /// [`super::probe_with_deadline`] from anything Slurm waits on.
 ///
-/// NVML is left initialised and its library loaded: the caller is the
-/// probe child, which `_exit`s right after, and the kernel releases the
-/// driver's handles then. `nvmlShutdown` and unloading the library would
-/// only cost the run time (and the shutdown can block like any call).
+/// NVML is shut down before the answer is returned, inside the caller's
+/// deadline: with persistence mode off, closing NVML's handles is where
+/// the driver may tear the GPUs down, and a teardown that hangs is a
+/// fault to report, not one to leave behind in the probe's exit after the
+/// answer was sent.
 pub fn probe_in_process(library: Option<&Path>, opts: ProbeOptions) -> NodeSnapshot {
     let mut snap = NodeSnapshot::default();
     let mut builder = Nvml::builder();
@@ -115,8 +116,6 @@ pub fn probe_in_process(library: Option<&Path>, opts: ProbeOptions) -> NodeSnaps
     if opts.topology {
         snap.topology = Some(link_matrix(&devices));
     }
-    drop(devices);
-    std::mem::forget(nvml);
     snap
 }
 

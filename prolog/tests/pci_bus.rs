@@ -134,3 +134,25 @@ fn an_incomplete_read_is_not_kept() {
         r.log
     );
 }
+
+#[test]
+fn a_kept_answer_that_is_not_whole_or_not_a_bus_is_read_again() {
+    let n = node();
+    assert_eq!(n.prolog("30", "0").code, 0);
+    let p = n.path("state/pci-bus.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    // The right key, an answer no read gives.
+    v["nvidia_gpus"] = serde_json::json!(["x\ny"]);
+    std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
+    let r = n.prolog("31", "0");
+    assert_eq!(r.code, 0, "{}", r.log);
+    assert!(r.log.contains("holds what no PCI bus lists"), "{}", r.log);
+    assert_eq!(kept(&n).0, GPUS);
+    // Cut in half.
+    let whole = std::fs::read(&p).unwrap();
+    std::fs::write(&p, &whole[..whole.len() / 2]).unwrap();
+    let r = n.prolog("32", "0");
+    assert_eq!(r.code, 0, "{}", r.log);
+    assert!(r.log.contains("the PCI bus is read again"), "{}", r.log);
+    assert_eq!(kept(&n).0, GPUS);
+}

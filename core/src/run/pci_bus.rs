@@ -20,13 +20,20 @@
 use serde::{Deserialize, Serialize};
 
 use crate::probe::sysfs::{self, PciListing};
+use crate::snapshot::normalize_pci;
 use crate::state::{StateFile, StateValue};
 
 use super::RunContext;
 
+/// Which devices count as GPUs (`sysfs::scan_nvidia_gpus`): a release
+/// that changes the rule raises it, so that an answer kept by an older
+/// one is not used.
+const RULE: u32 = 1;
+
 /// What `pci-bus.json` holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PciBusSeen {
+    pub rule: u32,
     pub boot_id: String,
     /// The configured `sysfs_root` the bus was read under.
     pub sysfs_root: String,
@@ -66,16 +73,22 @@ pub fn nvidia_gpus(ctx: &RunContext, keep: Keep) -> Vec<String> {
     // No boot id (an unreadable /proc): nothing is kept, every run reads.
     let boot_id = crate::xid::read_boot_id(&cfg.xid).unwrap_or_default();
     let now = PciBusSeen {
+        rule: RULE,
         boot_id,
         sysfs_root: cfg.sysfs_root.to_string_lossy().into_owned(),
         listing: listing.fingerprint(),
         nvidia_gpus: Vec::new(),
     };
     if !now.boot_id.is_empty() {
-        if let Ok(Some(kept)) = ctx.state.load::<PciBusSeen>(()) {
-            if kept.is_for(&now) {
-                return kept.nvidia_gpus;
+        match ctx.state.load::<PciBusSeen>(()) {
+            Ok(Some(kept)) if kept.is_for(&now) => {
+                if let Some(gpus) = kept.checked_gpus() {
+                    return gpus;
+                }
+                log::warn!("pci-bus.json holds what no PCI bus lists: read again");
             }
+            Ok(_) => {}
+            Err(e) => log::warn!("{e}: the PCI bus is read again"),
         }
     }
     let scan = sysfs::scan_nvidia_gpus(&cfg.sysfs_root, &listing);
@@ -95,10 +108,27 @@ pub fn nvidia_gpus(ctx: &RunContext, keep: Keep) -> Vec<String> {
 }
 
 impl PciBusSeen {
-    /// Read in the same boot, under the same root, from the same listing.
+    /// Read by the same rule in the same boot, under the same root, from
+    /// the same listing.
     fn is_for(&self, now: &PciBusSeen) -> bool {
-        self.boot_id == now.boot_id
+        self.rule == now.rule
+            && self.boot_id == now.boot_id
             && self.sysfs_root == now.sysfs_root
             && self.listing == now.listing
+    }
+
+    /// The kept GPUs as a read gives them (normalised bus ids, sorted, at
+    /// most a node's worth); `None` for anything else.
+    fn checked_gpus(self) -> Option<Vec<String>> {
+        if self.nvidia_gpus.len() > crate::snapshot::MAX_GPUS
+            || !self.nvidia_gpus.is_sorted()
+            || self
+                .nvidia_gpus
+                .iter()
+                .any(|g| normalize_pci(g).as_deref() != Some(g.as_str()))
+        {
+            return None;
+        }
+        Some(self.nvidia_gpus)
     }
 }

@@ -33,6 +33,9 @@ const RULE: u32 = 1;
 /// What `pci-bus.json` holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PciBusSeen {
+    /// [`RULE`] when it was read (0: a file from before the rule had a
+    /// number, read again without a warning).
+    #[serde(default)]
     pub rule: u32,
     pub boot_id: String,
     /// The configured `sysfs_root` the bus was read under.

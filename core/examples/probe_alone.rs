@@ -23,13 +23,12 @@ extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
         eprintln!("usage: probe_alone LIBRARY");
         std::process::exit(2);
     };
-    // The Prolog's options (core/src/run/prolog.rs) and default deadline.
-    let opts = ProbeOptions {
-        enable_accounting: true,
-        topology: true,
-        accounting_processes: false,
-    };
-    let snapshot = probe::probe_with_deadline(Some(&library), opts, Duration::from_secs(10));
+    // The Prolog's options, and a deadline far above the stand-in's time.
+    let snapshot = probe::probe_with_deadline(
+        Some(&library),
+        ProbeOptions::PROLOG,
+        Duration::from_secs(10),
+    );
     // Silent when it worked, as the healthy Prolog is.
     if let Some(e) = &snapshot.nvml_error {
         eprintln!("probe failed: {e:?}");

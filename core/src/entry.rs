@@ -4,8 +4,8 @@
 //! is paid thousands of times a day per node. std's runtime start reads
 //! `/proc/self/maps` (to find the main thread's stack for its overflow
 //! message), sets up a signal stack and names the main thread: about a
-//! tenth of the healthy Prolog's instructions and some twenty page faults
-//! (docs/benchmarks.md). A binary that skips it must still do the two
+//! tenth of the healthy Prolog's own instructions and some sixteen page
+//! faults (docs/benchmarks.md). A binary that skips it must still do the two
 //! things of that start that protect it, which [`prepare`] does. The
 //! arguments and everything else of std keep working (glibc hands them to
 //! std before `main`); a stack overflow is then a plain SIGSEGV.

@@ -49,6 +49,16 @@ pub struct ProbeOptions {
     pub topology: bool,
 }
 
+impl ProbeOptions {
+    /// What the Prolog reads: accounting turned on for the job's
+    /// processes, and the link matrix for the SPANK plugin.
+    pub const PROLOG: ProbeOptions = ProbeOptions {
+        accounting_processes: false,
+        enable_accounting: true,
+        topology: true,
+    };
+}
+
 /// Probe NVML in this process. May block as long as the driver does; use
 /// [`super::probe_with_deadline`] from anything Slurm waits on.
 ///

@@ -24,6 +24,18 @@ impl PciListing {
         Ok(PciListing { entries })
     }
 
+    /// [`PciListing::read`], saying why there is none unless the tree is
+    /// simply missing (no PCI bus in a fixture: no GPU on it).
+    pub fn read_or_warn(sysfs_root: &Path) -> Option<PciListing> {
+        PciListing::read(sysfs_root)
+            .map_err(|e| {
+                if !e.is_not_found() {
+                    log::warn!("PCI devices not listed: {e}");
+                }
+            })
+            .ok()
+    }
+
     /// Changes when a device is added, removed, or removed and added
     /// again (its entry number changes): the count and the wrapping sum of
     /// each entry's FNV-1a hash over its name and number, so the listing's
@@ -68,15 +80,9 @@ fn devices_dir(sysfs_root: &Path) -> std::path::PathBuf {
 /// `vendor` or `class` belongs skips that device with a warning, never a
 /// hang.
 pub fn nvidia_gpus_on_pci(sysfs_root: &Path) -> Vec<String> {
-    match PciListing::read(sysfs_root) {
-        Ok(listing) => scan_nvidia_gpus(sysfs_root, &listing).nvidia_gpus,
-        Err(e) => {
-            if !e.is_not_found() {
-                log::warn!("PCI devices not listed: {e}");
-            }
-            Vec::new()
-        }
-    }
+    PciListing::read_or_warn(sysfs_root)
+        .map(|listing| scan_nvidia_gpus(sysfs_root, &listing).nvidia_gpus)
+        .unwrap_or_default()
 }
 
 /// [`nvidia_gpus_on_pci`] over the devices of `listing`: one read of

@@ -64,14 +64,8 @@ pub enum Keep {
 /// The NVIDIA GPUs on the PCI bus, sorted (see the module's text).
 pub fn nvidia_gpus(ctx: &RunContext, keep: Keep) -> Vec<String> {
     let cfg = ctx.config();
-    let listing = match PciListing::read(&cfg.sysfs_root) {
-        Ok(l) => l,
-        Err(e) => {
-            if !e.is_not_found() {
-                log::warn!("PCI devices not listed: {e}");
-            }
-            return Vec::new();
-        }
+    let Some(listing) = PciListing::read_or_warn(&cfg.sysfs_root) else {
+        return Vec::new();
     };
     // No boot id (an unreadable /proc): nothing is kept, every run reads.
     let boot_id = crate::xid::read_boot_id(&cfg.xid).unwrap_or_default();

@@ -26,11 +26,7 @@ pub fn run(ctx: &RunContext, job: &JobEnv) -> i32 {
         log::warn!("{n}");
     }
 
-    let opts = ProbeOptions {
-        enable_accounting: true,
-        topology: true,
-        accounting_processes: false,
-    };
+    let opts = ProbeOptions::PROLOG;
     // With PrologFlags=RunInJob the Prolog runs in the job's cgroup, whose
     // device rules may hide the node's other GPUs from NVML.
     let job_view = job

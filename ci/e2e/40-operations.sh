@@ -183,7 +183,20 @@ max_drained_fraction = 0.25"
         fi
     done
     assert_eq "$held" $((n - drained)) "every node left in service logged the brake"
-    local claims
+    # A health check in flight holds its claim for claim_timeout_ms +
+    # settle_ms; the nodes' checks start together, so a look may catch
+    # every held-back node's claim at once. Stop the health checks and let
+    # the last ones end: a claim still there after that was left behind
+    # (this also keeps a late check from draining a node the next test
+    # has just reset).
+    health_check_off
+    local claims deadline=$((SECONDS + 15))
+    while :; do
+        claims=$(scontrol -o show node | grep -c 'Comment=gpu-health-claim:' || true)
+        ((claims == 0 || SECONDS > deadline)) && break
+        sleep 1
+    done
+    sleep 2
     claims=$(scontrol -o show node | grep -c 'Comment=gpu-health-claim:' || true)
     assert_eq "$claims" 0 "no brake claim is left in a node's Comment"
 }

@@ -219,6 +219,42 @@ proptest! {
     }
 }
 
+/// The case the property above found: a user's line that, with its
+/// newline, fills the reader's 4 MiB buffer exactly. The reader held it
+/// back (an indented line might follow), dropped it as over-long, and then
+/// looked for the end of a line that had already ended: it swallowed the
+/// next line, a real Xid 79, with it.
+#[test]
+fn a_line_that_fills_the_buffer_hides_no_next_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("kern.log");
+    let junk_tail = "[ 1.0] NVRM: Xid (PCI:0000:18:00): 48, tail";
+    for filler in [
+        (4 << 20) - 1 - junk_tail.len(),
+        (4 << 20) - 2 - junk_tail.len(),
+    ] {
+        let mut text = "u".repeat(filler);
+        text.push_str(junk_tail);
+        text.push_str("\n[ 2.0] NVRM: Xid (PCI:0000:c1:00): 79, real\n");
+        std::fs::write(&log, &text).unwrap();
+        let r = read_since(
+            &log,
+            None,
+            &XidConfig::default(),
+            &NodeSnapshot::default(),
+            1_795_962_600_000,
+        )
+        .unwrap();
+        let codes: Vec<u32> = r.events.iter().map(|e| e.code).collect();
+        assert_eq!(
+            codes,
+            vec![79],
+            "junk line of {} bytes",
+            filler + junk_tail.len()
+        );
+    }
+}
+
 mod xid_render;
 
 use gpu_health_core::xid::{EventKind, Policy, PolicyAction};

@@ -369,13 +369,31 @@ fn read_range(
             buf.resize(size.min(left) as usize, 0);
         } else if filled == buf.len() && !at_end {
             // One line (or record) longer than the longest there is.
-            log::warn!(
-                "kernel log: a line of more than {} MiB at byte {pos} was dropped unread",
-                MAX_LINE >> 20
-            );
-            dropping = Some(pos);
-            pos += filled as u64;
-            filled = 0;
+            match memchr::memrchr(b'\n', &buf[..filled]) {
+                // Whole lines held back as one record (an indented line
+                // may follow the last): that record is dropped, and the
+                // next line is read as it is. Looking for the end of a
+                // line here would swallow the next line, and a fault in
+                // it, behind a user's line of exactly the buffer's size.
+                Some(last) => {
+                    log::warn!(
+                        "kernel log: a record of more than {} MiB at byte {pos} was dropped unread",
+                        MAX_LINE >> 20
+                    );
+                    buf.copy_within(last + 1..filled, 0);
+                    pos += last as u64 + 1;
+                    filled -= last + 1;
+                }
+                None => {
+                    log::warn!(
+                        "kernel log: a line of more than {} MiB at byte {pos} was dropped unread",
+                        MAX_LINE >> 20
+                    );
+                    dropping = Some(pos);
+                    pos += filled as u64;
+                    filled = 0;
+                }
+            }
         }
     }
     if let Some(from) = dropping {

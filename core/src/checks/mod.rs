@@ -109,6 +109,9 @@ pub struct Io<'a> {
     pub snapshot: &'a NodeSnapshot,
     /// The run's `PATH`, for programs named without a directory.
     pub search_path: &'a [std::path::PathBuf],
+    /// This boot's id (`xid.boot_id_path`, read once a run; empty when
+    /// unreadable): what a check keeps for one boot is keyed by it.
+    pub boot_id: &'a str,
 }
 
 /// Everything a judge may read.

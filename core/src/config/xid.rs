@@ -116,7 +116,8 @@ pub struct XidConfig {
     pub journalctl: PathBuf,
     /// The longest one scan waits for journalctl, all pages together.
     pub journal_timeout_ms: u64,
-    /// Kernel boot id (a new one means the node rebooted).
+    /// Kernel boot id (a new one means the node rebooted): everything
+    /// kept for one boot is keyed by it (`RunContext::boot_id`).
     pub boot_id_path: PathBuf,
     /// Seconds since boot, to date /dev/kmsg's monotonic timestamps.
     pub uptime_path: PathBuf,

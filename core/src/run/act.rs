@@ -143,7 +143,7 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
     let any_boot =
         crate::acceptance::wanted(&ctx.config().acceptance, crate::acceptance::Boot::Other);
     let boot_id = if remediation.reboot || turn.loaded.ledger.reboot_asked.is_some() || any_boot {
-        current_boot_id(ctx)
+        ctx.boot_id().to_string()
     } else {
         String::new()
     };
@@ -303,11 +303,6 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
         answered,
         drain_changed,
     }
-}
-
-/// This boot's id (`xid.boot_id_path`); empty when it cannot be read.
-pub(super) fn current_boot_id(ctx: &RunContext) -> String {
-    crate::xid::read_boot_id(&ctx.config().xid).unwrap_or_default()
 }
 
 /// The node is drained for faults a reboot clears: ask Slurm to reboot

@@ -22,6 +22,7 @@ pub mod pci_bus;
 pub mod preview;
 pub mod prolog;
 pub mod resume;
+mod snapshot_file;
 pub mod step;
 pub mod step_end;
 
@@ -63,6 +64,8 @@ pub struct RunContext {
     /// The directories of the run's `PATH` (programs named without one,
     /// such as `dcgmi`, are looked for there).
     pub search_path: Vec<std::path::PathBuf>,
+    /// This boot's id, read once a run needs it (see [`RunContext::boot_id`]).
+    boot_id: std::sync::OnceLock<String>,
 }
 
 impl RunContext {
@@ -110,7 +113,17 @@ impl RunContext {
             search_path: env("PATH")
                 .map(|p| std::env::split_paths(&p).collect())
                 .unwrap_or_default(),
+            boot_id: std::sync::OnceLock::new(),
         }
+    }
+
+    /// This boot's id (`xid.boot_id_path`), read at most once a run so
+    /// that the PCI bus answer, the NVLink history and the fault ledger's
+    /// reboots hold the same one (the `/dev/kmsg` reader reads it for its
+    /// cursor itself); empty when it cannot be read.
+    pub fn boot_id(&self) -> &str {
+        self.boot_id
+            .get_or_init(|| crate::xid::read_boot_id(&self.config().xid).unwrap_or_default())
     }
 
     pub fn config(&self) -> &Config {

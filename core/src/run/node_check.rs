@@ -10,8 +10,7 @@ use std::time::Duration;
 use crate::checks::{self, xid::Scanned, CheckInput, Evidence, Io, JobContext};
 use crate::finding::Finding;
 use crate::probe::{self, ProbeOptions};
-use crate::snapshot::{NodeSnapshot, NodeTopology};
-use crate::state::StateFile;
+use crate::snapshot::NodeSnapshot;
 use crate::xid::Cursor;
 
 use super::{pci_bus, RunContext};
@@ -145,6 +144,7 @@ fn io<'a>(
         from_lookback,
         snapshot,
         search_path: &ctx.search_path,
+        boot_id: ctx.boot_id(),
     }
 }
 
@@ -154,7 +154,7 @@ fn io<'a>(
 /// draining fault the run found, is saved), and the node snapshot is
 /// saved for the SPANK plugin. Failures are logged.
 pub fn commit(ctx: &RunContext, check: &NodeCheck, job: Option<&JobContext>, handled: bool) {
-    save_snapshot_when_it_changed(ctx, &check.snapshot);
+    super::snapshot_file::save_when_changed(ctx, &check.snapshot);
     let input = CheckInput {
         snapshot: &check.snapshot,
         config: ctx.config(),
@@ -164,37 +164,4 @@ pub fn commit(ctx: &RunContext, check: &NodeCheck, job: Option<&JobContext>, han
         evidence: &check.evidence,
     };
     checks::commit_all(&io(ctx, &check.snapshot, job, false), &input, handled);
-}
-
-/// The SPANK plugin needs the node's GPUs and their links
-/// (`StateFile::NodeTopology`): compared as bytes with what is saved, and
-/// rewritten, with the full snapshot beside it, only when they changed
-/// (the healthy path parses and writes neither).
-fn save_snapshot_when_it_changed(ctx: &RunContext, snapshot: &NodeSnapshot) {
-    let topology = match serde_json::to_vec(&NodeTopology::of(snapshot)) {
-        Ok(b) => b,
-        Err(e) => {
-            log::error!("cannot write the node topology: {e}");
-            return;
-        }
-    };
-    let saved = ctx.state.load_bytes(StateFile::NodeTopology).ok().flatten();
-    // The full snapshot must still be whole JSON (a cut file is rewritten):
-    // checked without building it.
-    let snapshot_whole = || {
-        ctx.state
-            .load_bytes(StateFile::NodeSnapshot)
-            .ok()
-            .flatten()
-            .is_some_and(|b| serde_json::from_slice::<serde::de::IgnoredAny>(&b).is_ok())
-    };
-    if saved.as_deref() == Some(topology.as_slice()) && snapshot_whole() {
-        return;
-    }
-    if let Err(e) = ctx.state.save((), snapshot) {
-        log::error!("cannot save the node snapshot: {e}");
-    }
-    if let Err(e) = ctx.state.save_bytes(StateFile::NodeTopology, &topology) {
-        log::error!("cannot save the node topology: {e}");
-    }
 }

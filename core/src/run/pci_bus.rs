@@ -68,10 +68,9 @@ pub fn nvidia_gpus(ctx: &RunContext, keep: Keep) -> Vec<String> {
         return Vec::new();
     };
     // No boot id (an unreadable /proc): nothing is kept, every run reads.
-    let boot_id = crate::xid::read_boot_id(&cfg.xid).unwrap_or_default();
     let now = PciBusSeen {
         rule: RULE,
-        boot_id,
+        boot_id: ctx.boot_id().to_string(),
         sysfs_root: cfg.sysfs_root.to_string_lossy().into_owned(),
         listing: listing.fingerprint(),
         nvidia_gpus: Vec::new(),

@@ -4,7 +4,7 @@
 //! shown in docs/xid-policy.md), overridden per code by `[xid.actions]`
 //! and `[xid.rules.<code>]`.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use super::catalog::{sxid_is_fatal, DefaultAction, CATALOG};
 use super::event::{EventKind, XidEvent};
@@ -45,10 +45,13 @@ struct Entry {
     escalate: Option<Escalate>,
 }
 
-/// The table in force: built-in defaults plus the configuration.
+/// The table in force: built-in defaults plus the configuration. Only
+/// what the configuration changes is held; the built-in rows are read
+/// from the one table when an event needs them (a run that sees no Xid
+/// builds nothing of it).
 #[derive(Debug, Clone)]
 pub struct Policy {
-    entries: HashMap<CodeKey, Entry>,
+    overrides: BTreeMap<CodeKey, Entry>,
     default_action: PolicyAction,
     sxid_fatal_action: PolicyAction,
     sxid_default_action: PolicyAction,
@@ -59,48 +62,36 @@ impl Policy {
     /// Assumes `cfg` passed [`XidConfig::validate`]; unparsable keys are
     /// skipped.
     pub fn from_config(cfg: &XidConfig) -> Policy {
-        let mut entries: HashMap<CodeKey, Entry> = CATALOG
-            .iter()
-            .map(|row| {
-                let entry = Entry {
-                    action: row.default,
+        let mut overrides: BTreeMap<CodeKey, Entry> = BTreeMap::new();
+        let base = |overrides: &BTreeMap<CodeKey, Entry>, key: CodeKey| {
+            overrides
+                .get(&key)
+                .copied()
+                .or_else(|| builtin(key))
+                .unwrap_or(Entry {
+                    action: match key {
+                        CodeKey::Xid(_) => DefaultAction::Fixed(cfg.default_action),
+                        // An SXid rule without action keeps the fatal/non-fatal
+                        // split: resolved per event in `decide`.
+                        CodeKey::Sxid(_) => DefaultAction::BySeverityWord,
+                    },
                     repeat: 1,
                     window_minutes: 60,
-                    escalate: default_escalation(row.code).map(|e| Escalate {
-                        after: e.after,
-                        window_minutes: e.window_hours * 60,
-                        burst_seconds: e.burst_seconds,
-                        to: e.to,
-                    }),
-                };
-                (CodeKey::Xid(row.code), entry)
-            })
-            .collect();
-        let base = |entries: &HashMap<CodeKey, Entry>, key: CodeKey| {
-            entries.get(&key).copied().unwrap_or(Entry {
-                action: match key {
-                    CodeKey::Xid(_) => DefaultAction::Fixed(cfg.default_action),
-                    // An SXid rule without action keeps the fatal/non-fatal
-                    // split: resolved per event in `decide`.
-                    CodeKey::Sxid(_) => DefaultAction::BySeverityWord,
-                },
-                repeat: 1,
-                window_minutes: 60,
-                escalate: None,
-            })
+                    escalate: None,
+                })
         };
         for (key, action) in &cfg.actions {
             if let Some(key) = CodeKey::parse(key) {
-                let mut e = base(&entries, key);
+                let mut e = base(&overrides, key);
                 e.action = DefaultAction::Fixed(*action);
-                entries.insert(key, e);
+                overrides.insert(key, e);
             }
         }
         for (key, rule) in &cfg.rules {
             let Some(key) = CodeKey::parse(key) else {
                 continue;
             };
-            let mut e = base(&entries, key);
+            let mut e = base(&overrides, key);
             if let Some(action) = rule.action {
                 e.action = DefaultAction::Fixed(action);
             }
@@ -133,15 +124,20 @@ impl Policy {
                     to,
                 });
             }
-            entries.insert(key, e);
+            overrides.insert(key, e);
         }
         Policy {
-            entries,
+            overrides,
             default_action: cfg.default_action,
             sxid_fatal_action: cfg.sxid_fatal_action,
             sxid_default_action: cfg.sxid_default_action,
             forgeable_may_drain: cfg.syslog_may_drain,
         }
+    }
+
+    /// The configured entry for `key`, else the table's row.
+    fn entry(&self, key: CodeKey) -> Option<Entry> {
+        self.overrides.get(&key).copied().or_else(|| builtin(key))
     }
 
     /// The decision for one event.
@@ -150,7 +146,7 @@ impl Policy {
             EventKind::Xid => CodeKey::Xid(ev.code),
             EventKind::Sxid => CodeKey::Sxid(ev.code),
         };
-        let (action, repeat, window_minutes, escalate) = match (self.entries.get(&key), ev.kind) {
+        let (action, repeat, window_minutes, escalate) = match (self.entry(key), ev.kind) {
             (Some(e), _) => (e.action, e.repeat, e.window_minutes, e.escalate),
             (None, EventKind::Sxid) => (DefaultAction::BySeverityWord, 1, 60, None),
             (None, EventKind::Xid) => (DefaultAction::Fixed(self.default_action), 1, 60, None),
@@ -195,13 +191,38 @@ impl Policy {
     /// The longest window any rule counts over: the repeat history keeps
     /// that much.
     pub fn longest_window_minutes(&self) -> u32 {
-        self.entries
-            .values()
+        let builtins = CATALOG
+            .iter()
+            .map(|row| CodeKey::Xid(row.code))
+            .filter(|key| !self.overrides.contains_key(key))
+            .filter_map(builtin);
+        builtins
+            .chain(self.overrides.values().copied())
             .flat_map(|e| [e.window_minutes, e.escalate.map_or(0, |x| x.window_minutes)])
             .max()
             .unwrap_or(60)
             .max(60)
     }
+}
+
+/// The built-in entry of an Xid: its row of the table (sorted, one row
+/// per code, as docs/xid-policy.md lists it); SXids have none.
+fn builtin(key: CodeKey) -> Option<Entry> {
+    let CodeKey::Xid(code) = key else {
+        return None;
+    };
+    let row = &CATALOG[CATALOG.binary_search_by_key(&code, |row| row.code).ok()?];
+    Some(Entry {
+        action: row.default,
+        repeat: 1,
+        window_minutes: 60,
+        escalate: default_escalation(code).map(|e| Escalate {
+            after: e.after,
+            window_minutes: e.window_hours * 60,
+            burst_seconds: e.burst_seconds,
+            to: e.to,
+        }),
+    })
 }
 
 /// Xid 154: `GPU recovery action changed from 0x0 (None) to 0x2 (Node

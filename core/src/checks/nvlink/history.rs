@@ -38,9 +38,19 @@ impl LinkHistory {
     pub fn record<'a>(&mut self, active: impl IntoIterator<Item = (&'a str, u32)>) -> bool {
         let mut changed = false;
         for (uuid, link) in active.into_iter().filter(|(_, l)| *l < 64) {
-            let m = self.active.entry(uuid.to_string()).or_default();
-            changed |= *m & (1 << link) == 0;
-            *m |= 1 << link;
+            let bit = 1 << link;
+            // A GPU already known costs no allocation (every healthy run
+            // records all of a node's links).
+            match self.active.get_mut(uuid) {
+                Some(m) => {
+                    changed |= *m & bit == 0;
+                    *m |= bit;
+                }
+                None => {
+                    self.active.insert(uuid.to_string(), bit);
+                    changed = true;
+                }
+            }
         }
         changed
     }

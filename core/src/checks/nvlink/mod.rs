@@ -13,9 +13,6 @@ use crate::snapshot::{GpuSnapshot, NvLinkState};
 
 pub use history::LinkHistory;
 
-/// The kernel's id of this boot: the history holds for one boot.
-const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
-
 pub struct Nvlink;
 
 /// The NVLinks seen active earlier in this boot.
@@ -26,9 +23,6 @@ impl Check for Nvlink {
         "nvlink"
     }
     fn gather(&self, io: &Io<'_>, evidence: &mut Evidence) {
-        let boot_id = std::fs::read_to_string(BOOT_ID)
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default();
         let links = match io.state.load::<LinkHistory>(()) {
             Ok(h) => h.unwrap_or_default(),
             Err(e) => {
@@ -36,7 +30,8 @@ impl Check for Nvlink {
                 LinkHistory::default()
             }
         };
-        evidence.insert(Seen(links.for_boot(&boot_id)));
+        // The history holds for one boot (the run's configured boot id).
+        evidence.insert(Seen(links.for_boot(io.boot_id)));
     }
     fn judge(&self, input: &CheckInput<'_>) -> Vec<Finding> {
         let empty = LinkHistory::default();

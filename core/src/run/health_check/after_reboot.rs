@@ -24,7 +24,7 @@ use crate::ops::prove::{may_prove, ProveNow};
 use crate::ops::recovery;
 use crate::state::{StateError, StateFile};
 
-use super::super::act::{self, current_boot_id, Turn};
+use super::super::act::{self, Turn};
 use super::super::node_check::NodeCheck;
 use super::super::RunContext;
 use super::{resume_now, HealthAction, Next};
@@ -43,7 +43,7 @@ pub(super) fn prove_when_idle(turn: &mut Turn<'_>, check: &NodeCheck) -> Next {
         log::error!("{}: {why}", ctx.node);
         return Next::Done(HealthAction::StaysDrained(why));
     }
-    turn.loaded.ledger.proof_in_boot(&current_boot_id(ctx));
+    turn.loaded.ledger.proof_in_boot(ctx.boot_id());
     if !tier_still_wanted(turn) {
         // The site turned the tier off since the reboot: the node
         // returns as it would have without it.

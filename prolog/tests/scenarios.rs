@@ -100,6 +100,34 @@ fn warnings_reach_the_verdict_of_jobs_on_that_gpu_only() {
     );
 }
 
+/// The NVLink history holds for one boot, the boot `xid.boot_id_path`
+/// names (it used to read /proc's whatever the configuration said): a
+/// link seen up before a reboot and down after it is one that never
+/// trained in this boot (info), not one that went down (warn).
+#[test]
+fn nvlink_history_follows_the_configured_boot_id() {
+    let n = Node::new("h100x8-healthy");
+    let boot_id = n.path("boot_id");
+    std::fs::write(&boot_id, "boot-1\n").unwrap();
+    n.write_config(&format!("[xid]\nboot_id_path = {boot_id:?}\n"));
+    assert_eq!(n.prolog("120", "0-7").code, 0);
+    let history: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(n.path("state/nvlink-history.json")).unwrap())
+            .unwrap();
+    assert_eq!(history["boot_id"], "boot-1", "{history}");
+    std::fs::write(&boot_id, "boot-2\n").unwrap();
+    n.set_scenario("h100x8-nvlink-down");
+    assert_eq!(n.prolog("121", "0-7").code, 0);
+    let f = &n.verdict("121")["findings"];
+    let checks: Vec<&str> = f
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["check"].as_str().unwrap())
+        .collect();
+    assert_eq!(checks, vec!["nvlink-unused"], "{f}");
+}
+
 #[test]
 fn nvml_hang_is_abandoned_at_the_deadline() {
     let n = Node::new("nvml-hang");

@@ -377,7 +377,7 @@ fn read_range(
                 // it, behind a user's line of exactly the buffer's size.
                 Some(last) => {
                     log::warn!(
-                        "kernel log: a record of more than {} MiB at byte {pos} was dropped unread",
+                        "kernel log: a record of {} MiB or more at byte {pos} was dropped unread",
                         MAX_LINE >> 20
                     );
                     buf.copy_within(last + 1..filled, 0);

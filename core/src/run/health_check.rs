@@ -126,6 +126,7 @@ pub fn run(ctx: &RunContext) -> HealthReport {
             snapshot: &check.snapshot,
             findings: &check.findings,
             xid_events: check.xid_events(),
+            boot_id: ctx.boot_id(),
         },
     );
     let action = match next {

@@ -64,21 +64,7 @@ impl Policy {
     pub fn from_config(cfg: &XidConfig) -> Policy {
         let mut overrides: BTreeMap<CodeKey, Entry> = BTreeMap::new();
         let base = |overrides: &BTreeMap<CodeKey, Entry>, key: CodeKey| {
-            overrides
-                .get(&key)
-                .copied()
-                .or_else(|| builtin(key))
-                .unwrap_or(Entry {
-                    action: match key {
-                        CodeKey::Xid(_) => DefaultAction::Fixed(cfg.default_action),
-                        // An SXid rule without action keeps the fatal/non-fatal
-                        // split: resolved per event in `decide`.
-                        CodeKey::Sxid(_) => DefaultAction::BySeverityWord,
-                    },
-                    repeat: 1,
-                    window_minutes: 60,
-                    escalate: None,
-                })
+            entry_in(overrides, key).unwrap_or_else(|| unlisted(key, cfg.default_action))
         };
         for (key, action) in &cfg.actions {
             if let Some(key) = CodeKey::parse(key) {
@@ -135,22 +121,18 @@ impl Policy {
         }
     }
 
-    /// The configured entry for `key`, else the table's row.
-    fn entry(&self, key: CodeKey) -> Option<Entry> {
-        self.overrides.get(&key).copied().or_else(|| builtin(key))
-    }
-
     /// The decision for one event.
     pub fn decide(&self, ev: &XidEvent) -> Decision {
         let key = match ev.kind {
             EventKind::Xid => CodeKey::Xid(ev.code),
             EventKind::Sxid => CodeKey::Sxid(ev.code),
         };
-        let (action, repeat, window_minutes, escalate) = match (self.entry(key), ev.kind) {
-            (Some(e), _) => (e.action, e.repeat, e.window_minutes, e.escalate),
-            (None, EventKind::Sxid) => (DefaultAction::BySeverityWord, 1, 60, None),
-            (None, EventKind::Xid) => (DefaultAction::Fixed(self.default_action), 1, 60, None),
-        };
+        let Entry {
+            action,
+            repeat,
+            window_minutes,
+            escalate,
+        } = entry_in(&self.overrides, key).unwrap_or_else(|| unlisted(key, self.default_action));
         let action = match (action, ev.kind) {
             (DefaultAction::Fixed(a), _) => a,
             // SXids follow the configured pair; NVLink5 Xids drain when
@@ -202,6 +184,26 @@ impl Policy {
             .max()
             .unwrap_or(60)
             .max(60)
+    }
+}
+
+/// The configured entry for `key`, else the table's row.
+fn entry_in(overrides: &BTreeMap<CodeKey, Entry>, key: CodeKey) -> Option<Entry> {
+    overrides.get(&key).copied().or_else(|| builtin(key))
+}
+
+/// A code neither configured nor in the table: an Xid takes
+/// `default_action`; an SXid keeps the fatal/non-fatal split, resolved per
+/// event in [`Policy::decide`].
+fn unlisted(key: CodeKey, default_action: PolicyAction) -> Entry {
+    Entry {
+        action: match key {
+            CodeKey::Xid(_) => DefaultAction::Fixed(default_action),
+            CodeKey::Sxid(_) => DefaultAction::BySeverityWord,
+        },
+        repeat: 1,
+        window_minutes: 60,
+        escalate: None,
     }
 }
 

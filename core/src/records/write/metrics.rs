@@ -17,10 +17,6 @@ use crate::ledger::Ledger;
 use crate::records::record::JobRecord;
 use crate::state::{self, StateDir, StateError, StateFile};
 
-fn boot_id(config: &Config) -> String {
-    crate::xid::read_boot_id(&config.xid).unwrap_or_default()
-}
-
 /// After a check: fold what it saw into the node's health metrics and
 /// rewrite the textfile, when one is configured (nothing is kept
 /// otherwise). Failures are logged, never fatal.
@@ -28,19 +24,18 @@ pub fn after_check(state: &StateDir, config: &Config, seen: &CheckSeen<'_>) {
     let Some(textfile) = &config.prometheus_textfile else {
         return;
     };
-    let boot = boot_id(config);
     let health = match state.update((), |h: Option<HealthMetrics>| {
         let mut h = h
             .filter(|h| h.version == HEALTH_METRICS_VERSION)
             .unwrap_or_default();
-        h.see_check(seen, &boot);
+        h.see_check(seen);
         (Some(h.clone()), h)
     }) {
         Ok(h) => h,
         Err(e) => {
             log::warn!("the health metrics were not saved: {e}");
             let mut h = HealthMetrics::default();
-            h.see_check(seen, &boot);
+            h.see_check(seen);
             h
         }
     };

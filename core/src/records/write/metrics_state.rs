@@ -182,6 +182,8 @@ pub struct CheckSeen<'a> {
     pub findings: &'a [Finding],
     /// The kernel-log events the run read.
     pub xid_events: &'a [XidEvent],
+    /// The boot they belong to (the run's `RunContext::boot_id`).
+    pub boot_id: &'a str,
 }
 
 fn count_findings(findings: &[Finding]) -> Vec<FindingCount> {
@@ -274,7 +276,7 @@ impl HealthMetrics {
             .collect();
     }
 
-    pub(super) fn see_check(&mut self, seen: &CheckSeen<'_>, boot_id: &str) {
+    pub(super) fn see_check(&mut self, seen: &CheckSeen<'_>) {
         match seen.run {
             RunKind::Prolog => self.last_prolog_ms = Some(seen.now_ms),
             RunKind::HealthCheck => self.last_health_check_ms = Some(seen.now_ms),
@@ -286,7 +288,7 @@ impl HealthMetrics {
             findings: count_findings(seen.findings),
         });
         self.see_probe(&LivePower::of(seen.snapshot));
-        self.xids.add(boot_id, seen.xid_events);
+        self.xids.add(seen.boot_id, seen.xid_events);
     }
 }
 

@@ -86,6 +86,11 @@ test_nccl_env_from_fabric_keeps_users_value() {
     assert_contains "$OUT" "NCCL_IB_HCA=$IB_HCAS" "NCCL_IB_HCA lists the 7 ACTIVE IB ports exactly"
     assert_contains "$OUT" "NCCL_IB_TIMEOUT=19" "the user's NCCL_IB_TIMEOUT survives"
     assert_not_contains "$OUT" "NCCL_IB_TIMEOUT=22" "the derived NCCL_IB_TIMEOUT does not replace it"
+    # A value the plugin cannot read as text (a byte that is not UTF-8)
+    # is still the user's: kept, not taken for unset.
+    run_capture env NCCL_IB_TIMEOUT=$'1\xff9' srun -w n1 bash -c 'printf "TO=%s\n" "$NCCL_IB_TIMEOUT" | od -An -c | tr -d " \n"'
+    assert_eq "$RC" 0 "srun runs with a user value that is not UTF-8"
+    assert_contains "$OUT" 'TO=13779' "the user's non-UTF-8 NCCL_IB_TIMEOUT survives"
     assert_not_contains "$OUT" "NCCL_IB_GID_INDEX" "no GID index on InfiniBand"
     run_capture srun -w n2 env
     assert_contains "$OUT" "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1" "RoCE node n2 gets its two ports"
@@ -123,6 +128,15 @@ test_nccl_debug() {
     assert_contains "$OUT" "NCCL_DEBUG_FILE=$dir/nccl-debug.%h.%p" "debug file in the job's working directory"
     run_capture srun -w n1 --nccl-debug=warn env
     assert_contains "$OUT" "NCCL_DEBUG=WARN" "--nccl-debug=warn sets NCCL_DEBUG=WARN"
+    # sbatch --nccl-debug with no level: the batch step and an srun inside
+    # it (which reads the option back from the job's environment as
+    # "(null)") both take INFO and run.
+    gh_sbatch_wait 90 -w n1 --nccl-debug --wrap 'srun env'
+    local out
+    out=$(gh_cat "$(gh_job_out "$GH_JOB")")
+    assert_eq "$GH_JOB_RC" 0 "sbatch --nccl-debug job $GH_JOB and its srun succeed"
+    assert_contains "$out" "NCCL_DEBUG=INFO" "the srun inside sbatch --nccl-debug gets INFO"
+    assert_not_contains "$out" "allowed levels" "no level error for a flag given without one"
 }
 
 # 5. strict on a node whose GPU2 PCIe link is degraded: the job fails with

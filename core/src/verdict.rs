@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::finding::Finding;
 use crate::ids::JobId;
+use crate::snapshot::MAX_GPUS;
+use crate::text::printable;
 
 /// The job's `--gpu-health` mode.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,30 +55,40 @@ pub struct JobVerdict {
     pub config_error: Option<String>,
 }
 
-/// Parse SLURM_JOB_GPUS (`0,1,2` or ranges such as `0-3,6`).
+/// Parse SLURM_JOB_GPUS (`0,1,2` or ranges such as `0-3,6`): node-local
+/// indices, each below [`MAX_GPUS`]. The step's list is the user's to set
+/// (`--export`), and it is read in root's slurmstepd: the answer is kept
+/// in a bit set, so no list of any length or number of ranges expands to
+/// more than [`MAX_GPUS`] entries, and an error quotes at most a few
+/// characters of it.
 pub fn parse_gpu_list(s: &str) -> Result<Vec<u32>, String> {
-    let mut out = Vec::new();
+    const _: () = assert!(MAX_GPUS <= 64, "the set below is one u64");
+    let mut set: u64 = 0;
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (lo, hi) = match part.split_once('-') {
-            Some((a, b)) => (a, b),
-            None => (part, part),
+        let shown = || printable(&part.chars().take(24).collect::<String>()).into_owned();
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let index = |t: &str| {
+            t.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("bad GPU index {:?}", shown()))
         };
-        let lo: u32 = lo
-            .trim()
-            .parse()
-            .map_err(|_| format!("bad GPU index {part:?}"))?;
-        let hi: u32 = hi
-            .trim()
-            .parse()
-            .map_err(|_| format!("bad GPU index {part:?}"))?;
-        if lo > hi || hi - lo > 1024 {
-            return Err(format!("bad GPU range {part:?}"));
+        let (lo, hi) = (index(lo)?, index(hi)?);
+        if lo > hi {
+            return Err(format!("bad GPU range {:?}", shown()));
         }
-        out.extend(lo..=hi);
+        if hi as usize >= MAX_GPUS {
+            return Err(format!(
+                "GPU index {hi} in {:?}: a node has at most {MAX_GPUS} GPUs",
+                shown()
+            ));
+        }
+        for i in lo..=hi {
+            set |= 1 << i;
+        }
     }
-    out.sort_unstable();
-    out.dedup();
-    Ok(out)
+    Ok((0..MAX_GPUS as u32)
+        .filter(|i| set & (1 << i) != 0)
+        .collect())
 }
 
 /// The findings a job on `job_gpus` should hear about: node-wide ones and
@@ -105,6 +117,32 @@ mod tests {
         assert!(parse_gpu_list("a").is_err());
         assert!(parse_gpu_list("3-1").is_err());
         assert!(parse_gpu_list("0-4294967295").is_err());
+        assert_eq!(parse_gpu_list(" 7, 0-1 ,1,7").unwrap(), vec![0, 1, 7]);
+        assert_eq!(parse_gpu_list("63").unwrap(), vec![63]);
+        assert!(parse_gpu_list("64")
+            .unwrap_err()
+            .contains("at most 64 GPUs"));
+    }
+
+    /// A user's SLURM_STEP_GPUS of 127 KiB of ranges (found by a review:
+    /// it expanded to 8.5 million indices in slurmstepd) is refused, and
+    /// one of every index many times over is still one entry each.
+    #[test]
+    fn a_list_of_any_size_stays_within_a_node() {
+        let ranges: Vec<String> = (0..12_000u32)
+            .map(|i| format!("{}-{}", i * 1025, i * 1025 + 1024))
+            .collect();
+        let huge = ranges.join(",");
+        assert!(huge.len() > 127 << 10);
+        let e = parse_gpu_list(&huge).unwrap_err();
+        assert!(e.len() < 120, "{e}");
+        let repeated = vec!["0-63"; 30_000].join(",");
+        assert_eq!(
+            parse_gpu_list(&repeated).unwrap(),
+            (0..64).collect::<Vec<u32>>()
+        );
+        let one_long_part = "7".repeat(200_000);
+        assert!(parse_gpu_list(&one_long_part).unwrap_err().len() < 120);
     }
 
     #[test]

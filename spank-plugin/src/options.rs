@@ -34,7 +34,12 @@ impl OptionValues {
         match name {
             "gpu-health" => self.gpu_health = value,
             "tp-size" => self.tp_size = value,
-            "nccl-debug" => self.nccl_debug = Some(value),
+            // Given without a level, the option reaches a nested srun or
+            // sbatch through the job's environment as Slurm's "(null)",
+            // and the batch step as "": both mean no level (INFO).
+            "nccl-debug" => {
+                self.nccl_debug = Some(value.filter(|v| !v.is_empty() && v != "(null)"))
+            }
             _ => return false,
         }
         true

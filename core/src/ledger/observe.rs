@@ -34,6 +34,18 @@ pub struct Observed {
     pub inspected: Vec<String>,
 }
 
+/// How far a fault is from being handled: not acted on yet (new or
+/// pending), then cleared by a reboot and waiting for the node's proof,
+/// then covered by gpu-health's drain.
+fn open_rank(h: Handling) -> u8 {
+    match h {
+        Handling::New => 3,
+        Handling::Pending { .. } => 2,
+        Handling::Rebooted { .. } => 1,
+        Handling::Drained { .. } => 0,
+    }
+}
+
 /// The identity under which the mildest faults beyond [`MAX_FAULTS`] are
 /// kept together.
 fn overflow_id() -> FaultId {
@@ -252,9 +264,16 @@ impl Ledger {
         if let Some(i) = self.faults.iter().position(|f| f.id == overflow) {
             folded.push(self.faults.remove(i));
         }
-        // Gravest, then newest first; the tail folds.
-        self.faults
-            .sort_by_key(|f| (std::cmp::Reverse(f.action), std::cmp::Reverse(f.last_ms)));
+        // Faults not acted on yet first (one folded away could no longer
+        // be drained by its own name), then gravest, then newest; the tail
+        // folds.
+        self.faults.sort_by_key(|f| {
+            (
+                std::cmp::Reverse(open_rank(f.handling)),
+                std::cmp::Reverse(f.action),
+                std::cmp::Reverse(f.last_ms),
+            )
+        });
         folded.extend(self.faults.split_off(MAX_FAULTS - 1));
         let action = folded
             .iter()
@@ -268,11 +287,13 @@ impl Ledger {
         let first_ms = folded.iter().map(|f| f.first_ms).min().unwrap_or(0);
         let last_ms = folded.iter().map(|f| f.last_ms).max().unwrap_or(0);
         let remedy = folded.iter().map(|f| f.remedy).max().unwrap_or_default();
-        // Drained only when every folded fault was.
+        // The least handled of them: drained only when every folded fault
+        // was, never marked rebooted or drained while one waits for its
+        // action.
         let handling = folded
             .iter()
             .map(|f| f.handling)
-            .find(|h| !matches!(h, Handling::Drained { .. }))
+            .max_by_key(|h| open_rank(*h))
             .unwrap_or(Handling::Drained { at_ms: last_ms });
         self.faults.push(Fault {
             id: overflow,

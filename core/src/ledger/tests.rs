@@ -359,6 +359,47 @@ fn the_bound_folds_the_mildest_and_keeps_the_gravest() {
     assert!(reason.ends_with("(drain)"));
 }
 
+/// An Xid storm a reboot cleared fills the ledger; a fresh fault of the
+/// new boot must stay open (found by a review: it was folded in with the
+/// cleared ones and took their handling, so nothing drained).
+#[test]
+fn the_bound_never_hides_a_new_fault_among_ones_a_reboot_cleared() {
+    let on = RemediationConfig {
+        reboot: true,
+        ..RemediationConfig::default()
+    };
+    let mut l = Ledger::new("n1");
+    // An Xid storm: 256 distinct (GPU, code) faults a reboot clears.
+    let storm: Vec<Finding> = (0..256)
+        .map(|i| xid(1000 + i / 8, i % 8, Action::Drain, 1).with_remedy(Remedy::Reboot))
+        .collect();
+    l.observe(&storm, &view(0), &cfg(), &on);
+    drained(&mut l, 0);
+    let kinds = l
+        .reboot_wanted(&on, 0)
+        .expect("every open fault is cleared by a reboot");
+    l.reboot_requested(0, "boot-a", kinds, false);
+    assert!(l.boot_seen("boot-b", MIN, on.window_ms()));
+    assert!(
+        l.open_faults().next().is_none(),
+        "all cleared by the reboot"
+    );
+    // The new boot: a fresh, unrelated drain-until-clean fault.
+    l.observe(
+        &[xid(31, 1, Action::DrainUntilClean, 9)],
+        &view(2 * MIN),
+        &cfg(),
+        &on,
+    );
+    assert_eq!(
+        l.gravest(),
+        Some(Action::DrainUntilClean),
+        "the fresh fault must stay open: {:?}",
+        l.fault(&observe_overflow())
+    );
+    assert!(matches!(l.plan(true), Plan::Drain { .. }), "it must drain");
+}
+
 fn observe_overflow() -> FaultId {
     FaultId {
         check: "ledger".into(),

@@ -174,10 +174,17 @@ impl<'a> EnvWriter<'a> {
             spank::verbose(&format!("gpu-health: {name} kept as the user set it"));
             return;
         }
-        match self.spank.setenv(name, value, true) {
-            SetEnv::Set | SetEnv::KeptUsers => {
+        // A value that cannot be read here (not UTF-8, or 1 MiB or more)
+        // reads as unset: only overwrite what was read, so that Slurm's
+        // "already set" keeps such a value as the user's.
+        let overwrite = forced || current.is_some();
+        match self.spank.setenv(name, value, overwrite) {
+            SetEnv::Set => {
                 spank::verbose(&format!("gpu-health: {name}={value}"));
                 self.now.record(name, value);
+            }
+            SetEnv::KeptUsers => {
+                spank::verbose(&format!("gpu-health: {name} kept as the user set it"));
             }
             SetEnv::Failed(code) => spank::error(&format!(
                 "gpu-health: cannot set {name}: {}",

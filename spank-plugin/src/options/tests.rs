@@ -88,6 +88,14 @@ fn every_user_option_of_the_table_is_taken() {
     );
     assert!(v.set("nccl-debug", None));
     assert_eq!(v.nccl_debug, Some(None));
+    // `sbatch --nccl-debug` as a nested srun and the batch step see it
+    // (found by a review: both were refused as a bad level).
+    for flag_only in ["(null)", ""] {
+        assert!(v.set("nccl-debug", Some(flag_only.into())));
+        assert_eq!(v.nccl_debug, Some(None), "{flag_only:?}");
+    }
+    assert!(v.set("nccl-debug", Some("warn".into())));
+    assert_eq!(v.nccl_debug, Some(Some("warn".into())));
     assert!(!v.set("bogus", None));
     for val in [0, 4, -1, i32::MAX] {
         assert_eq!(user_option_name(val), None, "{val}");

@@ -89,6 +89,21 @@ test_xid79_on_n2_requeues_job_onto_n1() {
     assert_match "$(gh_node_state n2)" 'drain' "n2 stays drained"
 }
 
+# 2b. n2's state directory writable by others (so neither read nor
+#     written): an Xid 79 still drains n2 with the drain brake on, as
+#     shipped; the claim the run cannot write down is made all the same.
+test_xid79_drains_with_an_unusable_state_dir() {
+    GH_FOCUS="n2"
+    local job
+    chmod 0777 "$GH_DIR/n2/state" # the cluster reset makes it again
+    gh_kernel_log_append n2 "$(gh_xid_line 0000:5d:00 79 2210 'GPU has fallen off the bus.')"
+    job=$(gh_sbatch -w n2 --gres=gpu:8 --wrap 'echo ran')
+    assert_node_state n2 'idle\+drain|drain|mix\+drain|alloc\+drain' 30 "n2 is drained after the Xid 79"
+    assert_match "$(gh_node_reason n2)" '^gpu-health: Xid 79 GPU3' "n2's reason is gpu-health's and names the Xid and GPU"
+    assert_contains "$(gh_cat "$(gh_gpu_health_log n2)")" "cannot be written down" "the log says the claim was not written down"
+    scancel "$job" 2>/dev/null || true
+}
+
 # 3. n1 switched to a double-bit ECC scenario: drained, reason names GPU3
 #    and ECC.
 test_dbe_on_n1_drains_naming_gpu3_and_ecc() {

@@ -125,6 +125,27 @@ fn a_state_dir_others_can_write_is_not_read() {
     );
 }
 
+/// The brake on, as shipped: a state directory the run may not use (here
+/// writable by others) must not stop the drain. Found by a review: the
+/// claim could not be written down, so every run held back and jobs kept
+/// starting on a GPU that had fallen off the bus.
+#[test]
+fn an_unusable_state_dir_does_not_stop_a_drain_with_the_brake_on() {
+    let n = Node::new("h100x8-healthy");
+    let c = gpu_health_testkit::FakeCluster::new(&n.path("cluster"), &["n1", "n2", "n3", "n4"]);
+    n.write_dropin(&format!(
+        "scontrol = {:?}\n[brake]\nclaim_timeout_ms = 200\nsettle_ms = 100\n",
+        c.scontrol()
+    ));
+    std::fs::create_dir(n.path("state")).unwrap();
+    std::fs::set_permissions(n.path("state"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::write(n.path("kernel.log"), XID79).unwrap();
+    let r = n.prolog("2", "0");
+    assert_eq!(c.reason("n1").as_deref(), Some(XID79_REASON), "{}", r.log);
+    assert_eq!(r.code, 1, "{}", r.log);
+    assert!(r.log.contains("cannot be written down"), "{}", r.log);
+}
+
 #[test]
 fn a_state_dir_owned_by_someone_else_cannot_hide_an_xid() {
     // SAFETY: geteuid has no preconditions.

@@ -34,15 +34,15 @@ pub struct Observed {
     pub inspected: Vec<String>,
 }
 
-/// How far a fault is from being handled: not acted on yet (new or
-/// pending), then cleared by a reboot and waiting for the node's proof,
-/// then covered by gpu-health's drain.
+/// How far a fault is from being done with: not acted on yet (new or
+/// pending), then covered by gpu-health's drain (it keeps the node out),
+/// then cleared by a reboot (it only waits for the node's proof).
 fn open_rank(h: Handling) -> u8 {
     match h {
         Handling::New => 3,
         Handling::Pending { .. } => 2,
-        Handling::Rebooted { .. } => 1,
-        Handling::Drained { .. } => 0,
+        Handling::Drained { .. } => 1,
+        Handling::Rebooted { .. } => 0,
     }
 }
 
@@ -256,6 +256,14 @@ impl Ledger {
             let excess = self.returns.len() - MAX_RETURNS;
             self.returns.drain(..excess);
         }
+        // Faults a reboot cleared make room first: they only wait for the
+        // node's proof, and the reboots that cleared them are counted.
+        let mut excess = self.faults.len().saturating_sub(MAX_FAULTS);
+        self.faults.retain(|f| {
+            let goes = excess > 0 && matches!(f.handling, Handling::Rebooted { .. });
+            excess -= usize::from(goes);
+            !goes
+        });
         if self.faults.len() <= MAX_FAULTS {
             return;
         }
@@ -287,9 +295,8 @@ impl Ledger {
         let first_ms = folded.iter().map(|f| f.first_ms).min().unwrap_or(0);
         let last_ms = folded.iter().map(|f| f.last_ms).max().unwrap_or(0);
         let remedy = folded.iter().map(|f| f.remedy).max().unwrap_or_default();
-        // The least handled of them: drained only when every folded fault
-        // was, never marked rebooted or drained while one waits for its
-        // action.
+        // The least handled of them: never drained or cleared while one
+        // waits for its action, never cleared while a drained one stands.
         let handling = folded
             .iter()
             .map(|f| f.handling)

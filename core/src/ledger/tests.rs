@@ -400,6 +400,51 @@ fn the_bound_never_hides_a_new_fault_among_ones_a_reboot_cleared() {
     assert!(matches!(l.plan(true), Plan::Drain { .. }), "it must drain");
 }
 
+/// 255 faults a reboot cleared, an uncorrectable ECC error drained before
+/// that reboot, then a fresh fault: the ECC error, a person's to clear,
+/// must stand (a fold marked it cleared by the reboot).
+#[test]
+fn the_bound_never_marks_a_drained_fault_as_cleared_by_a_reboot() {
+    let on = RemediationConfig {
+        reboot: true,
+        ..RemediationConfig::default()
+    };
+    let mut l = Ledger::new("n1");
+    let storm: Vec<Finding> = (0..255)
+        .map(|i| xid(1000 + i / 8, i % 8, Action::Drain, 1).with_remedy(Remedy::Reboot))
+        .collect();
+    l.observe(&storm, &view(0), &cfg(), &on);
+    drained(&mut l, 0);
+    let kinds = l.reboot_wanted(&on, 0).expect("a reboot");
+    l.reboot_requested(0, "boot-a", kinds, true);
+    // Before the reboot happens: an uncorrectable ECC error (a person's).
+    let dbe = Finding::gpu(
+        "ecc-uncorrected",
+        Action::Drain,
+        2,
+        None,
+        "ECC DBE GPU2".into(),
+        "m".into(),
+    );
+    l.observe(&[dbe], &view(MIN / 2), &cfg(), &on);
+    drained(&mut l, MIN / 2);
+    assert!(l.boot_seen("boot-b", MIN, on.window_ms()));
+    assert_eq!(l.gravest(), Some(Action::Drain), "the DBE stands");
+    // The new boot: a fresh drain-until-clean fault, 257 faults in all.
+    l.observe(
+        &[xid(31, 1, Action::DrainUntilClean, 9)],
+        &view(2 * MIN),
+        &cfg(),
+        &on,
+    );
+    assert_eq!(
+        l.gravest(),
+        Some(Action::Drain),
+        "the DBE must stay open: {:?}",
+        l.fault(&observe_overflow())
+    );
+}
+
 fn observe_overflow() -> FaultId {
     FaultId {
         check: "ledger".into(),

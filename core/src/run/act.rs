@@ -384,7 +384,16 @@ fn with_drainer(turn: &mut Turn<'_>, f: impl FnOnce(&Drainer<'_>) -> DrainOutcom
     let record_claim = |stamp: u64| {
         let mut l = before.clone();
         l.claim_ms = Some(stamp);
-        state.save((), &l).map_err(|e| e.to_string())
+        // The record only lets a later run withdraw the claim of a run
+        // killed before its drain; such a claim is void after its lifetime
+        // anyway. A state directory that cannot be written (unusable, full,
+        // read-only) must not hold every drain of the node back.
+        if let Err(e) = state.save((), &l) {
+            log::warn!(
+                "drain brake: the claim cannot be written down ({e}); claiming all the same"
+            );
+        }
+        Ok(())
     };
     let d = Drainer {
         brake: &turn.ctx.config().brake,

@@ -340,7 +340,7 @@ impl World {
             .unwrap_or_default();
         for t in &self.user_texts {
             prop_assert!(
-                !verdict.contains(t.as_str()),
+                !holds_text(&verdict, t),
                 "verdict of job {job} holds {t:?}: {verdict}"
             );
         }
@@ -496,9 +496,9 @@ impl World {
             .cloned()
             .collect();
         for t in &self.user_texts {
-            prop_assert!(!text.contains(t.as_str()), "the ledger holds {t:?}: {text}");
+            prop_assert!(!holds_text(&text, t), "the ledger holds {t:?}: {text}");
             prop_assert!(
-                reasons.iter().all(|r| !r.contains(t.as_str())),
+                reasons.iter().all(|r| !holds_text(r, t)),
                 "a reason holds {t:?}: {reasons:?}"
             );
         }
@@ -548,4 +548,25 @@ pub fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// Whether `hay` holds the user's text `t`; a number only as a whole
+/// number (a pid of 684676 is not in the timestamp 1768467600000).
+fn holds_text(hay: &str, t: &str) -> bool {
+    if !t.bytes().all(|b| b.is_ascii_digit()) {
+        return hay.contains(t);
+    }
+    hay.match_indices(t).any(|(i, _)| {
+        let before = hay[..i].bytes().next_back();
+        let after = hay[i + t.len()..].bytes().next();
+        !before.is_some_and(|b| b.is_ascii_digit()) && !after.is_some_and(|b| b.is_ascii_digit())
+    })
+}
+
+#[test]
+fn a_pid_is_found_as_a_whole_number_only() {
+    assert!(!holds_text(r#"{"last_ms":1768467600000}"#, "684676"));
+    assert!(holds_text("pid 684676 (python3)", "684676"));
+    assert!(holds_text("684676", "684676"));
+    assert!(holds_text("name=usr001x", "usr001x"));
 }

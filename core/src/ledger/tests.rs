@@ -29,6 +29,18 @@ fn xid(code: u32, gpu: u32, action: Action, pid: u32) -> Finding {
     f
 }
 
+/// An uncorrectable ECC error on GPU2: a person's to clear.
+fn dbe_on_gpu2() -> Finding {
+    Finding::gpu(
+        "ecc-uncorrected",
+        Action::Drain,
+        2,
+        None,
+        "ECC DBE GPU2".into(),
+        "m".into(),
+    )
+}
+
 fn cfg() -> RecoveryConfig {
     RecoveryConfig {
         quiet_time_s: 600,
@@ -278,14 +290,7 @@ fn returns_escalate_until_clean_faults_and_an_admin_starts_over() {
 #[test]
 fn found_back_in_service_past_events_are_answered_real_faults_stay() {
     let mut l = Ledger::new("n1");
-    let dbe = Finding::gpu(
-        "ecc-uncorrected",
-        Action::Drain,
-        2,
-        None,
-        "ECC DBE GPU2".into(),
-        "m".into(),
-    );
+    let dbe = dbe_on_gpu2();
     l.observe(
         &[xid(79, 3, Action::Drain, 1), dbe.clone()],
         &view(0),
@@ -359,18 +364,16 @@ fn the_bound_folds_the_mildest_and_keeps_the_gravest() {
     assert!(reason.ends_with("(drain)"));
 }
 
-/// An Xid storm a reboot cleared fills the ledger; a fresh fault of the
-/// new boot must stay open (found by a review: it was folded in with the
-/// cleared ones and took their handling, so nothing drained).
-#[test]
-fn the_bound_never_hides_a_new_fault_among_ones_a_reboot_cleared() {
+/// An Xid storm of `faults` distinct (GPU, code) faults a reboot clears:
+/// drained, and the reboot asked for (to be proved after it when
+/// `prove`), with reboots on.
+fn storm_that_asked_a_reboot(faults: u32, prove: bool) -> (Ledger, RemediationConfig) {
     let on = RemediationConfig {
         reboot: true,
         ..RemediationConfig::default()
     };
     let mut l = Ledger::new("n1");
-    // An Xid storm: 256 distinct (GPU, code) faults a reboot clears.
-    let storm: Vec<Finding> = (0..256)
+    let storm: Vec<Finding> = (0..faults)
         .map(|i| xid(1000 + i / 8, i % 8, Action::Drain, 1).with_remedy(Remedy::Reboot))
         .collect();
     l.observe(&storm, &view(0), &cfg(), &on);
@@ -378,19 +381,28 @@ fn the_bound_never_hides_a_new_fault_among_ones_a_reboot_cleared() {
     let kinds = l
         .reboot_wanted(&on, 0)
         .expect("every open fault is cleared by a reboot");
-    l.reboot_requested(0, "boot-a", kinds, false);
+    l.reboot_requested(0, "boot-a", kinds, prove);
+    (l, on)
+}
+
+/// The new boot finds a fresh, unrelated drain-until-clean fault.
+fn fresh_fault_of_the_new_boot(l: &mut Ledger, on: &RemediationConfig) {
+    let fresh = xid(31, 1, Action::DrainUntilClean, 9);
+    l.observe(&[fresh], &view(2 * MIN), &cfg(), on);
+}
+
+/// An Xid storm a reboot cleared fills the ledger; a fresh fault of the
+/// new boot must stay open (found by a review: it was folded in with the
+/// cleared ones and took their handling, so nothing drained).
+#[test]
+fn the_bound_never_hides_a_new_fault_among_ones_a_reboot_cleared() {
+    let (mut l, on) = storm_that_asked_a_reboot(256, false);
     assert!(l.boot_seen("boot-b", MIN, on.window_ms()));
     assert!(
         l.open_faults().next().is_none(),
         "all cleared by the reboot"
     );
-    // The new boot: a fresh, unrelated drain-until-clean fault.
-    l.observe(
-        &[xid(31, 1, Action::DrainUntilClean, 9)],
-        &view(2 * MIN),
-        &cfg(),
-        &on,
-    );
+    fresh_fault_of_the_new_boot(&mut l, &on);
     assert_eq!(
         l.gravest(),
         Some(Action::DrainUntilClean),
@@ -405,38 +417,14 @@ fn the_bound_never_hides_a_new_fault_among_ones_a_reboot_cleared() {
 /// must stand (a fold marked it cleared by the reboot).
 #[test]
 fn the_bound_never_marks_a_drained_fault_as_cleared_by_a_reboot() {
-    let on = RemediationConfig {
-        reboot: true,
-        ..RemediationConfig::default()
-    };
-    let mut l = Ledger::new("n1");
-    let storm: Vec<Finding> = (0..255)
-        .map(|i| xid(1000 + i / 8, i % 8, Action::Drain, 1).with_remedy(Remedy::Reboot))
-        .collect();
-    l.observe(&storm, &view(0), &cfg(), &on);
-    drained(&mut l, 0);
-    let kinds = l.reboot_wanted(&on, 0).expect("a reboot");
-    l.reboot_requested(0, "boot-a", kinds, true);
+    let (mut l, on) = storm_that_asked_a_reboot(255, true);
     // Before the reboot happens: an uncorrectable ECC error (a person's).
-    let dbe = Finding::gpu(
-        "ecc-uncorrected",
-        Action::Drain,
-        2,
-        None,
-        "ECC DBE GPU2".into(),
-        "m".into(),
-    );
+    let dbe = dbe_on_gpu2();
     l.observe(&[dbe], &view(MIN / 2), &cfg(), &on);
     drained(&mut l, MIN / 2);
     assert!(l.boot_seen("boot-b", MIN, on.window_ms()));
     assert_eq!(l.gravest(), Some(Action::Drain), "the DBE stands");
-    // The new boot: a fresh drain-until-clean fault, 257 faults in all.
-    l.observe(
-        &[xid(31, 1, Action::DrainUntilClean, 9)],
-        &view(2 * MIN),
-        &cfg(),
-        &on,
-    );
+    fresh_fault_of_the_new_boot(&mut l, &on); // 257 faults in all
     assert_eq!(
         l.gravest(),
         Some(Action::Drain),

@@ -144,6 +144,27 @@ fn an_unusable_state_dir_does_not_stop_a_drain_with_the_brake_on() {
     assert_eq!(c.reason("n1").as_deref(), Some(XID79_REASON), "{}", r.log);
     assert_eq!(r.code, 1, "{}", r.log);
     assert!(r.log.contains("cannot be written down"), "{}", r.log);
+    // The runs after it know nothing of that drain (nothing is kept): they
+    // look before claiming, so the drain's stamp in the Comment, which the
+    // brake counts, stays (a blind claim replaced it, then its withdrawal
+    // blanked it).
+    let stamp = c.comment("n1");
+    assert!(
+        stamp
+            .as_deref()
+            .is_some_and(|s| s.contains("gpu-health-drained:")),
+        "{stamp:?}"
+    );
+    for _ in 0..2 {
+        let again = health_check(&n);
+        assert_eq!(c.comment("n1"), stamp, "{}", again.log);
+        assert_eq!(
+            c.reason("n1").as_deref(),
+            Some(XID79_REASON),
+            "{}",
+            again.log
+        );
+    }
 }
 
 #[test]

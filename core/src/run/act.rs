@@ -248,7 +248,8 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
                         Plan::Drain {
                             reason, look_first, ..
                         } => {
-                            let (reason, look_first) = (reason.clone(), *look_first);
+                            let (reason, look_first) =
+                                (reason.clone(), look_before_claim(turn, *look_first));
                             Some(with_drainer(turn, |d| {
                                 d.drain_new(&ctx.node, &reason, look_first)
                             }))
@@ -265,7 +266,7 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
         Plan::Drain {
             reason, look_first, ..
         } => {
-            let (reason, look_first) = (reason.clone(), *look_first);
+            let (reason, look_first) = (reason.clone(), look_before_claim(turn, *look_first));
             Some(with_drainer(turn, |d| {
                 d.drain_new(&ctx.node, &reason, look_first)
             }))
@@ -373,6 +374,15 @@ fn drainer_look(turn: &Turn<'_>) -> Result<Standing, crate::slurm::SlurmError> {
         before_claim: &noop,
     };
     d.look(&turn.ctx.node)
+}
+
+/// Whether to look at the node in Slurm before claiming a drain: the
+/// ledger says so, or the state directory cannot keep the ledger. The run
+/// then knows neither its own earlier drain nor someone else's, and a
+/// blind claim would replace their Comment (and withdrawing it blank the
+/// stamp the brake counts).
+fn look_before_claim(turn: &Turn<'_>, ledger_says: bool) -> bool {
+    ledger_says || turn.ctx.state.problem().is_some()
 }
 
 /// Run `f` with a drainer whose claims are written into the ledger

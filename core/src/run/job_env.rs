@@ -1,7 +1,6 @@
 //! What the job's environment says (Prolog/Epilog variables), checked.
 
 use crate::ids::JobId;
-use crate::snapshot::MAX_GPUS;
 use crate::text::printable;
 use crate::verdict::{parse_gpu_list, Mode};
 
@@ -12,7 +11,7 @@ pub const MODE_ENV: &str = "SPANK__SLURM_SPANK_OPTION_gpu_health_gpu_health";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobEnv {
     pub job_id: Option<JobId>,
-    /// The job's GPUs on this node (NVML indices), at most [`MAX_GPUS`].
+    /// The job's GPUs on this node (NVML indices), at most [`crate::snapshot::MAX_GPUS`].
     pub job_gpus: Vec<u32>,
     pub mode: Mode,
     /// Problems with the environment itself (reported, never fatal).
@@ -37,14 +36,8 @@ impl JobEnv {
             .or_else(|| get("CUDA_VISIBLE_DEVICES"))
             .unwrap_or_default();
         let job_gpus = match parse_gpu_list(&gpus_var) {
-            Ok(g) if g.len() <= MAX_GPUS && g.iter().all(|&i| (i as usize) < MAX_GPUS) => g,
-            Ok(_) => {
-                notes.push(format!(
-                    "ignoring SLURM_JOB_GPUS {:?}: a node has at most {MAX_GPUS} GPUs",
-                    printable(&gpus_var)
-                ));
-                Vec::new()
-            }
+            // At most MAX_GPUS, each below it: parse_gpu_list refuses the rest.
+            Ok(g) => g,
             Err(e) => {
                 notes.push(format!("ignoring SLURM_JOB_GPUS: {}", printable(&e)));
                 Vec::new()

@@ -119,6 +119,7 @@ pub fn run(p: &Parsed, start: impl FnOnce() -> RunContext) -> i32 {
         hcas: &hcas,
         search_path: &ctx.search_path,
         job_running: if force { None } else { running.clone() },
+        had: &Default::default(),
     });
     let config_error = ctx.loaded.error.as_ref().map(|e| e.to_string());
     // A configuration error: the tier ran on the fallback, which is no

@@ -13,7 +13,7 @@
 //! - [`ledger`], [`acceptance`]
 //! - [`checks`], [`xid`], [`probe`], [`fabric`], [`topology`]
 //! - [`slurm`], [`state`], [`config`], [`logging`]
-//! - [`snapshot`], [`finding`], [`verdict`], [`ids`], [`process`], [`time`], [`text`],
+//! - [`snapshot`], [`inventory`], [`finding`], [`verdict`], [`ids`], [`process`], [`time`], [`text`],
 //!   [`sysfs_read`]
 
 pub mod acceptance;
@@ -23,6 +23,7 @@ pub mod entry;
 pub mod fabric;
 pub mod finding;
 pub mod ids;
+pub mod inventory;
 pub mod ledger;
 pub mod logging;
 pub mod ops;

@@ -104,6 +104,7 @@ fn every_gate_passes_on_a_good_node() {
         hcas: &hcas,
         search_path: &[],
         job_running: None,
+        had: &Default::default(),
     });
     assert_eq!(out.exit_code(), 0, "{out:#?}");
     assert!(out.may_return());
@@ -149,6 +150,7 @@ fn nothing_runs_while_a_job_runs() {
         hcas: &ndr(&["mlx5_0"]),
         search_path: &[],
         job_running: Some("job 4242".into()),
+        had: &Default::default(),
     });
     assert_eq!(out.exit_code(), 2);
     assert!(!out.may_return());
@@ -181,6 +183,7 @@ fn a_slow_gpu_and_a_slow_hca_fail_with_their_figures() {
         hcas: &ndr(&["mlx5_2"]),
         search_path: &[],
         job_running: None,
+        had: &Default::default(),
     });
     assert_eq!(out.exit_code(), 1);
     assert!(!out.may_return());
@@ -215,6 +218,7 @@ fn a_hung_tool_is_killed_at_its_limit_and_not_judged() {
         hcas: &[],
         search_path: &[],
         job_running: None,
+        had: &Default::default(),
     });
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     assert_eq!(out.exit_code(), 2);
@@ -254,6 +258,7 @@ fn the_whole_tier_is_bounded() {
         hcas: &ndr(&["mlx5_0"]),
         search_path: &[],
         job_running: None,
+        had: &Default::default(),
     });
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     let later: Vec<_> = out.results.iter().skip(1).collect();
@@ -284,6 +289,7 @@ fn missing_tools_and_no_gpus_are_not_judged() {
         hcas: &[],
         search_path: &[d.path().to_path_buf()],
         job_running: None,
+        had: &Default::default(),
     });
     let details: Vec<(GateName, Verdict, bool, &str)> = out
         .results
@@ -317,6 +323,7 @@ fn missing_tools_and_no_gpus_are_not_judged() {
         hcas: &[],
         search_path: &[],
         job_running: None,
+        had: &Default::default(),
     });
     assert!(
         out.results[0].detail.contains("NVML gave no GPUs"),
@@ -350,6 +357,7 @@ fn dcgm_runs_at_the_configured_level() {
         hcas: &[],
         search_path: &[],
         job_running: None,
+        had: &Default::default(),
     });
     assert_eq!(calls(d.path()), "dcgmi diag -r 3 -j\n");
     assert_eq!(out.results[0].verdict, Verdict::Failed);
@@ -440,6 +448,7 @@ fn steps_that_do_not_fit_wait_for_the_next_health_check() {
         hcas: &hcas,
         search_path: &[],
         job_running: None,
+        had: &Default::default(),
     };
     let first = run_tier_within(
         &input,
@@ -492,6 +501,7 @@ fn a_failed_step_is_not_passed_and_the_defaults_fit_a_health_check() {
             hcas: &[],
             search_path: &[],
             job_running: None,
+            had: &Default::default(),
         },
         &Within {
             done: &[],

@@ -233,6 +233,20 @@ fn tail(stderr: &str, stdout: &str) -> String {
         .unwrap_or_else(|| "no output".into())
 }
 
+/// A part of the node (`subject`: `GPU2`, `mlx5_0`) the gate's evidence
+/// does not cover: not judged, and that holds the node.
+pub fn uncovered(
+    gate: GateName,
+    th: &InForce,
+    subject: String,
+    gpu: Option<u32>,
+    why: &str,
+) -> GateResult {
+    GateResult::new(gate, &th.label)
+        .for_subject(subject, gpu)
+        .not_judged(why, true)
+}
+
 /// A gate that did not run: `holds` when that keeps the node drained.
 pub fn not_run(gate: GateName, th: &InForce, why: &str, holds: bool) -> GateResult {
     GateResult::new(gate, &th.label).not_judged(why, holds)

@@ -15,6 +15,7 @@
 //! The tier never runs while a job runs on the node, and never on a job's
 //! start path: the caller says whether a job runs.
 
+pub mod coverage;
 pub mod judge;
 pub mod nccl;
 pub mod nvbandwidth;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::coverage;
 use super::judge::{self, GateResult, ToolRun, Verdict};
 use super::thresholds::{self, InForce};
 use super::{GateName, MAX_OUTPUT};
@@ -14,6 +15,7 @@ use crate::checks::dcgm::{self, DcgmOutcome};
 use crate::config::{AcceptanceConfig, Config, DcgmConfig};
 use crate::fabric::{Fabric, LinkLayer};
 use crate::finding::Finding;
+use crate::inventory::Inventory;
 use crate::process::{self, RunError};
 use crate::snapshot::NodeSnapshot;
 
@@ -84,6 +86,9 @@ pub struct TierInput<'a> {
     pub search_path: &'a [PathBuf],
     /// `Some(why)` when a job runs on the node: nothing runs.
     pub job_running: Option<String>,
+    /// What the node had before its fault: the evidence must cover it
+    /// too (empty for a node without one: `gpu-health accept`).
+    pub had: &'a Inventory,
 }
 
 /// A run of the tier in one health check after a boot: the steps that
@@ -147,13 +152,23 @@ const SERVER_START: Duration = Duration::from_millis(1000);
 /// One step of the tier: a gate, or the rdma gate's loopback of one HCA.
 struct Step<'a> {
     gate: GateName,
-    hca: Option<&'a Hca>,
+    hca: Option<StepHca<'a>>,
+}
+
+/// The HCA of an rdma step.
+#[derive(Clone, Copy)]
+enum StepHca<'a> {
+    /// With an active port: its loopback runs.
+    Active(&'a Hca),
+    /// It had an active port before the fault and has none now.
+    Down(&'a str),
 }
 
 impl Step<'_> {
     fn key(&self) -> String {
         match self.hca {
-            Some(h) => format!("{} {}", self.gate.as_str(), h.name),
+            Some(StepHca::Active(Hca { name, .. })) => format!("{} {name}", self.gate.as_str()),
+            Some(StepHca::Down(name)) => format!("{} {name}", self.gate.as_str()),
             None => self.gate.as_str().to_string(),
         }
     }
@@ -226,8 +241,22 @@ fn tier(input: &TierInput<'_>, within: Option<&Within<'_>>) -> TierOutcome {
             }
             (GateName::AllReduce, _) => outcome.results.push(all_reduce_gate(input, &th, left)),
             (GateName::HostToDevice, _) => outcome.results.extend(h2d_gate(input, &th, left)),
-            (GateName::Rdma, hca) => outcome.results.push(rdma_step(input, &th, hca, left)),
+            (GateName::Rdma, Some(StepHca::Down(name))) => {
+                outcome.results.push(coverage::hca_down(name, &th))
+            }
+            (GateName::Rdma, Some(StepHca::Active(hca))) => {
+                outcome.results.push(rdma_step(input, &th, Some(hca), left))
+            }
+            (GateName::Rdma, None) => outcome.results.push(rdma_step(input, &th, None, left)),
         }
+        let gaps = coverage::gaps(
+            step.gate,
+            &outcome.results[before..],
+            input.snapshot,
+            input.had,
+            &th,
+        );
+        outcome.results.extend(gaps);
         let holds = outcome.results[before..]
             .iter()
             .filter_map(GateResult::finding)
@@ -247,13 +276,25 @@ fn tier(input: &TierInput<'_>, within: Option<&Within<'_>>) -> TierOutcome {
     outcome
 }
 
-/// The configured gates as steps: the rdma gate one per HCA (a single
-/// step when there is no HCA to test, which says so).
+/// The configured gates as steps: the rdma gate one per HCA, those with
+/// an active port and those that had one before the fault (a single step
+/// when there is no HCA to test, which says so).
 fn steps<'a>(cfg: &AcceptanceConfig, input: &'a TierInput<'a>) -> Vec<Step<'a>> {
     let mut steps = Vec::new();
     for &gate in &cfg.gates {
-        if gate == GateName::Rdma && !input.hcas.is_empty() {
-            steps.extend(input.hcas.iter().map(|h| Step { gate, hca: Some(h) }));
+        let mut hcas: Vec<StepHca<'a>> = input.hcas.iter().map(StepHca::Active).collect();
+        if gate == GateName::Rdma && cfg.hcas.is_empty() {
+            hcas.extend(
+                input
+                    .had
+                    .hcas
+                    .iter()
+                    .filter(|h| !input.hcas.iter().any(|a| &a.name == *h))
+                    .map(|h| StepHca::Down(h)),
+            );
+        }
+        if gate == GateName::Rdma && !hcas.is_empty() {
+            steps.extend(hcas.into_iter().map(|h| Step { gate, hca: Some(h) }));
         } else {
             steps.push(Step { gate, hca: None });
         }

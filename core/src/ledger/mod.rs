@@ -26,6 +26,7 @@
 //!   gravest action), texts capped.
 
 mod boot;
+mod inventory;
 mod observe;
 mod plan;
 mod proof;
@@ -35,6 +36,7 @@ pub mod store;
 use serde::{Deserialize, Serialize};
 
 use crate::finding::{Action, Finding, Remedy};
+use crate::inventory::Inventory;
 
 pub use boot::BOOT_PROOF_REASON;
 pub use observe::{Observed, RunView};
@@ -320,6 +322,11 @@ pub struct Ledger {
     /// `[acceptance] after_any_boot`: another one is a new boot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
+    /// What the node had when its faults opened (GPUs, HCAs with an
+    /// active port): the proof before a return must cover all of it.
+    /// Kept while anything is open; dropped with the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<Inventory>,
 }
 
 impl Ledger {
@@ -336,11 +343,12 @@ impl Ledger {
             reboots: Vec::new(),
             proof: None,
             boot_id: None,
+            inventory: None,
         }
     }
 
     /// Nothing open, nothing done: what a healthy node's ledger is (and
-    /// then no file is kept).
+    /// then no file is kept; an inventory alone is not kept).
     pub fn is_empty(&self) -> bool {
         self.faults.is_empty()
             && self.drain.is_none()

@@ -278,6 +278,7 @@ impl Ledger {
         self.drain = None;
         self.held = None;
         self.proof = None;
+        self.inventory = None;
     }
 
     /// The open faults not acted on, for a run that could not act (the

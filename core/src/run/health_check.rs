@@ -69,14 +69,16 @@ impl HealthReport {
     }
 }
 
+/// What a health check asks of NVML.
+const PROBE: ProbeOptions = ProbeOptions {
+    enable_accounting: false,
+    topology: true,
+    accounting_processes: false,
+};
+
 /// Run the health check on this node.
 pub fn run(ctx: &RunContext) -> HealthReport {
-    let opts = ProbeOptions {
-        enable_accounting: false,
-        topology: true,
-        accounting_processes: false,
-    };
-    let probed = node_check::probe(ctx, opts, None, None);
+    let probed = node_check::probe(ctx, PROBE, None, None);
     let mut turn = match Turn::take(ctx) {
         Ok(t) => t,
         Err(busy) => {
@@ -103,6 +105,7 @@ pub fn run(ctx: &RunContext) -> HealthReport {
             .collect::<Vec<_>>(),
     );
     let outcome = act::act(&mut turn, &check.findings, &act::node_run_view(ctx));
+    super::inventory::note(&mut turn, &check);
     let next = match (&outcome.plan, outcome.not_drained()) {
         (_, Some(why)) => Next::Done(HealthAction::NotDrained(why.to_string())),
         (Plan::Drain { reason, .. }, None) if outcome.fresh || outcome.drain_changed => {

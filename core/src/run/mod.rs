@@ -16,6 +16,7 @@
 pub mod act;
 pub mod epilog;
 pub mod health_check;
+mod inventory;
 pub mod job_env;
 pub mod node_check;
 pub mod pci_bus;

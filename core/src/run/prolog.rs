@@ -51,6 +51,7 @@ pub fn run(ctx: &RunContext, job: &JobEnv) -> i32 {
     }
     log_findings(&check.findings);
     let outcome = act::act(&mut turn, &check.findings, &act::node_run_view(ctx));
+    super::inventory::note(&mut turn, &check);
     let saved = turn.commit();
     node_check::commit(ctx, &check, Some(&on), ctx.config_ok() && saved);
     let keep_off = act::keeps_job_off(&outcome);

@@ -12,22 +12,25 @@
 //! after 60 s, so one health check gives the tier what is left of
 //! [`HEALTH_CHECK_TIER_S`] since the run started. Steps that do not fit
 //! wait for the next health check; the passed ones are kept in the
-//! ledger for this boot (`Ledger::tier_progress`).
+//! ledger for this boot (`Ledger::tier_progress`). The evidence must
+//! cover what the node had before its fault (`Ledger::had`), and a fault
+//! found between the tier's start and the return fails it.
 
 use std::time::{Duration, Instant};
 
 use crate::acceptance::{self, GateResult, TierInput, TierOutcome, Verdict, Within};
 use crate::config::HEALTH_CHECK_TIER_S;
 use crate::finding::Finding;
+use crate::inventory::Inventory;
 use crate::ledger::{Plan, ReturnDecision};
 use crate::ops::prove::{may_prove, ProveNow};
 use crate::ops::recovery;
 use crate::state::{StateError, StateFile};
 
 use super::super::act::{self, Turn};
-use super::super::node_check::NodeCheck;
+use super::super::node_check::{self, NodeCheck};
 use super::super::RunContext;
-use super::{resume_now, HealthAction, Next};
+use super::{resume_now, HealthAction, Next, PROBE};
 
 /// In the turn: whether the tier may run now (from the node's line in
 /// Slurm), or the return is left to do after a tier that passed.
@@ -88,8 +91,9 @@ pub(super) fn prove_when_idle(turn: &mut Turn<'_>, check: &NodeCheck) -> Next {
 }
 
 /// Run the tier (outside the turn) but for the steps passed earlier in
-/// this boot, then act on it in a turn of its own, after the ledger was
-/// read again.
+/// this boot, look at the node again (a fault during the tier fails it),
+/// then act on both in a turn of its own, after the ledger was read
+/// again.
 pub(super) fn prove(ctx: &RunContext, check: &NodeCheck) -> HealthAction {
     // One tier at a time (a health check by hand beside Slurm's, or
     // `gpu-health accept`): two all-reduces at once would each measure
@@ -109,13 +113,36 @@ pub(super) fn prove(ctx: &RunContext, check: &NodeCheck) -> HealthAction {
     };
     // Read again under the tier's lock: since this run's turn another
     // run may have returned the node, or passed steps.
-    let Some(done) = act::peek(ctx)
-        .filter(|l| l.tier_due())
-        .and_then(|l| l.proof)
-        .map(|p| p.steps_passed)
-    else {
+    let Some(ledger) = act::peek(ctx).filter(|l| l.tier_due()) else {
         return HealthAction::Nothing;
     };
+    let Some(done) = ledger.proof.as_ref().map(|p| p.steps_passed.clone()) else {
+        return HealthAction::Nothing;
+    };
+    let outcome = run_tier(ctx, check, &done, &ledger.had());
+    // Between the tier's start and the return: NVML and the kernel log
+    // again, outside the turn like the run's first look.
+    let again = node_check::probe(ctx, PROBE, None, None);
+    let mut turn = match Turn::take(ctx) {
+        Ok(t) => t,
+        Err(busy) => return HealthAction::Busy(act::busy_note(&ctx.node, &busy)),
+    };
+    let recheck = node_check::judge(ctx, again, None, None, false);
+    if !turn.ledger().tier_due() {
+        // Another run acted on the node meanwhile (a fault came back, an
+        // admin took it): the tier's result is not needed; what this
+        // look found is the next run's to read again.
+        return HealthAction::Nothing;
+    }
+    let action = act_on(&mut turn, &recheck, &outcome);
+    let saved = turn.commit();
+    node_check::commit(ctx, &recheck, None, ctx.config_ok() && saved);
+    action
+}
+
+/// The steps not passed yet, as many as fit in what the health check has
+/// left, covering what the node had before its fault (`had`).
+fn run_tier(ctx: &RunContext, check: &NodeCheck, done: &[String], had: &Inventory) -> TierOutcome {
     let (fitted, notes) = ctx.config().acceptance.fitted_to_a_health_check();
     for n in &notes {
         log::warn!("{}: {n}", ctx.node);
@@ -135,30 +162,29 @@ pub(super) fn prove(ctx: &RunContext, check: &NodeCheck) -> HealthAction {
             hcas: &hcas,
             search_path: &ctx.search_path,
             job_running: busy_gpus(check),
+            had,
         },
         &Within {
-            done: &done,
+            done,
             budget: Duration::from_secs(HEALTH_CHECK_TIER_S).saturating_sub(ctx.started.elapsed()),
         },
     );
     log_tier(ctx, &outcome, t0.elapsed().as_millis());
-    let mut turn = match Turn::take(ctx) {
-        Ok(t) => t,
-        Err(busy) => return HealthAction::Busy(act::busy_note(&ctx.node, &busy)),
-    };
-    if !turn.ledger().tier_due() {
-        // Another run acted on the node meanwhile (a fault came back, an
-        // admin took it): the tier's result is not needed.
-        return HealthAction::Nothing;
-    }
-    let action = act_on(&mut turn, check, &outcome);
-    turn.commit();
-    action
+    outcome
 }
 
-/// What the tier came to, written down and acted on.
+/// What the tier and the look after it came to, written down and acted
+/// on: a draining fault found during the tier fails it.
 fn act_on(turn: &mut Turn<'_>, check: &NodeCheck, outcome: &TierOutcome) -> HealthAction {
     let ctx = turn.ctx;
+    if check.findings.iter().any(|f| f.action.drains()) {
+        log::error!(
+            "{}: a fault was found during the acceptance tier after {}: the proof fails",
+            ctx.node,
+            the_boot(turn)
+        );
+        return drain_for(turn, &check.findings);
+    }
     if let Some(why) = &outcome.refused {
         turn.loaded.ledger.tier_inconclusive(why);
         return HealthAction::StaysDrained(format!("acceptance tier not run: {why}"));
@@ -184,14 +210,17 @@ fn act_on(turn: &mut Turn<'_>, check: &NodeCheck, outcome: &TierOutcome) -> Heal
         log::info!("{}: {why}", ctx.node);
         return HealthAction::StaysDrained(why);
     }
-    let acted = act::act(turn, &findings, &act::node_run_view(ctx));
+    log::error!("{} failed the acceptance tier after {after}", ctx.node);
+    drain_for(turn, &findings)
+}
+
+/// Drain again for `findings` (the ledger decides the reason).
+fn drain_for(turn: &mut Turn<'_>, findings: &[Finding]) -> HealthAction {
+    let acted = act::act(turn, findings, &act::node_run_view(turn.ctx));
     match (&acted.plan, acted.not_drained()) {
         (_, Some(why)) => HealthAction::NotDrained(why.to_string()),
         (Plan::Drain { reason, .. }, None) => {
-            log::error!(
-                "{} failed the acceptance tier after {after}: {reason}",
-                ctx.node
-            );
+            log::error!("{} drained: {reason}", turn.ctx.node);
             HealthAction::Drained(reason.clone())
         }
         _ => HealthAction::StaysDrained("the acceptance tier failed".into()),

@@ -1,0 +1,122 @@
+//! A node returns to service only on proof: what the acceptance tier
+//! measured must cover everything the node had before its fault (every
+//! GPU, every HCA with an active port), and a fault during the tier
+//! fails it. Through the real binary as the health check, a stand-in
+//! scontrol that keeps the node's state and pending reboot, and stand-in
+//! gate programs that print recorded outputs.
+
+mod common;
+
+use common::rebooting::{xid_line, Rebooting};
+
+/// A node whose tier runs the gates `gates` (TOML list items) with
+/// `lines` more in `[acceptance]`.
+fn proving(gates: &str, lines: &str) -> Rebooting {
+    Rebooting::new(
+        "h100x8-healthy",
+        &format!("[acceptance]\nenabled = true\ngates = [{gates}]\n{lines}"),
+    )
+}
+
+/// Xid 79 drains the node for a reboot that keeps it drained; then the
+/// node comes back from it.
+fn fault_then_reboot(r: &Rebooting) {
+    r.xid79();
+    let run = r.health_check();
+    assert!(r.reason().ends_with(" (reboot)"), "{}", run.log);
+    assert_eq!(r.reboots().len(), 1, "{}", run.log);
+    assert!(r.come_back("boot-2"), "a reboot was pending");
+}
+
+#[test]
+fn a_gpu_without_a_host_to_device_figure_keeps_the_node_drained() {
+    let r = proving("\"host-to-device\"", "");
+    let nvbandwidth = r.gate("nvbandwidth", "nvbandwidth/h2d-h100x8-na.txt", "");
+    r.configure(&format!(
+        "[acceptance]\nenabled = true\ngates = [\"host-to-device\"]\nnvbandwidth = {nvbandwidth:?}\n"
+    ));
+    fault_then_reboot(&r);
+    let run = r.health_check();
+    assert_eq!(r.gate_runs(), 1, "{}", run.log);
+    let reason = r.reason();
+    assert!(
+        reason.contains("GPU2") && reason.contains("not judged"),
+        "GPU2 printed N/A: no figure, no return: {reason:?}\n{}",
+        run.log
+    );
+}
+
+/// The HCAs of a node: a copy of a sysfs fixture tree (8 InfiniBand
+/// HCAs, mlx5_5 down) under the node's directory.
+fn with_hcas(r: &Rebooting) -> std::path::PathBuf {
+    let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../core/tests/fixtures/sysfs/ib-ndr8-one-down");
+    let to = r.n.path("sys");
+    let ok = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&from)
+        .arg(&to)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    to
+}
+
+fn set_port_states(sys: &std::path::Path, state: &str) {
+    let ib = sys.join("class/infiniband");
+    for hca in std::fs::read_dir(ib).unwrap() {
+        std::fs::write(hca.unwrap().path().join("ports/1/state"), state).unwrap();
+    }
+}
+
+#[test]
+fn hcas_active_before_the_fault_and_down_after_the_reboot_keep_it_drained() {
+    let r = proving("\"rdma\"", "");
+    let sys = with_hcas(&r);
+    let ib_bw = r.gate("ib_write_bw", "perftest/write_bw-ndr-gbits.txt", "");
+    r.configure_with(
+        &format!("sysfs_root = {sys:?}\n"),
+        &format!("[acceptance]\nenabled = true\ngates = [\"rdma\"]\nib_bw = {ib_bw:?}\n"),
+    );
+    fault_then_reboot(&r);
+    set_port_states(&sys, "1: DOWN\n");
+    let run = r.health_check();
+    let reason = r.reason();
+    assert!(
+        !reason.is_empty() && reason.contains("mlx5_0"),
+        "seven HCAs had an active port before the fault and none has one now: {reason:?}\n{}",
+        run.log
+    );
+    assert_eq!(r.gate_runs(), 0, "no loopback on a port that is down");
+}
+
+#[test]
+fn a_gpu_that_falls_off_the_bus_during_the_tier_fails_the_proof() {
+    let r = proving("\"all-reduce\"", "");
+    let kernel_log = r.n.path("kernel.log");
+    // Stamped when the gate runs: after the boot.
+    let line = xid_line("79, pid=4100, name=all_reduce_perf, GPU has fallen off the bus.");
+    let (_, rest) = line.split_once(' ').unwrap();
+    let all_reduce = r.gate(
+        "all_reduce_perf",
+        "nccl/h100x8-good.txt",
+        &format!(
+            "printf '%s %s\\n' \"$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)\" {:?} >> {kernel_log:?}",
+            rest.trim_end()
+        ),
+    );
+    r.configure(&format!(
+        "[acceptance]\nenabled = true\ngates = [\"all-reduce\"]\nall_reduce_perf = {all_reduce:?}\n"
+    ));
+    fault_then_reboot(&r);
+    let run = r.health_check();
+    assert_eq!(r.gate_runs(), 1, "{}", run.log);
+    let reason = r.reason();
+    assert!(
+        reason.starts_with("gpu-health: Xid 79"),
+        "the Xid 79 of the tier's time drains again: {reason:?}\n{}\nkernel log: {:?}",
+        run.log,
+        std::fs::read_to_string(&kernel_log)
+    );
+}

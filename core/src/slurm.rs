@@ -24,6 +24,7 @@ use crate::ids::NodeName;
 use crate::process::{self, Ended, Flow, RunError};
 
 mod node_info;
+pub mod show_config;
 pub use node_info::NodeInfo;
 
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,8 @@
 //! A node returns to service only on proof: what the acceptance tier
 //! measured must cover everything the node had before its fault (every
-//! GPU, every HCA with an active port), and a fault during the tier
-//! fails it. Through the real binary as the health check, a stand-in
+//! GPU, every HCA with an active port), a fault during the tier fails it,
+//! and the tier's first step runs whenever the health check has the time
+//! for it. Through the real binary as the health check, a stand-in
 //! scontrol that keeps the node's state and pending reboot, and stand-in
 //! gate programs that print recorded outputs.
 
@@ -119,4 +120,77 @@ fn a_gpu_that_falls_off_the_bus_during_the_tier_fails_the_proof() {
         run.log,
         std::fs::read_to_string(&kernel_log)
     );
+}
+
+#[test]
+fn the_first_step_of_the_tier_runs_after_a_slow_start() {
+    let r = proving("\"all-reduce\"", "");
+    let all_reduce = r.gate("all_reduce_perf", "nccl/h100x8-good.txt", "");
+    // scontrol's `show node` takes 10.2 s (a busy controller), within
+    // the run's Slurm budget of 10.5 s.
+    let slow = common::script(
+        &r.n,
+        "slow-scontrol",
+        &format!(
+            "if [ \"$1 $2\" = \"show node\" ] && [ -f {:?} ]; then sleep 10.2; fi\nexec {:?} \"$@\"",
+            r.n.path("slow"),
+            r.c.scontrol()
+        ),
+    );
+    // The step's limit is the most a step gets after a boot (35 s): 60 s
+    // less 10.5 s spent less 12 s kept for after the tier leaves 37.5 s.
+    r.configure_with(
+        "scontrol_timeout_ms = 10500\nnvml_deadline_ms = 500\n",
+        &format!(
+            "[acceptance]\nenabled = true\ngates = [\"all-reduce\"]\nall_reduce_perf = {all_reduce:?}\n\
+             all_reduce_timeout_s = 35\n"
+        ),
+    );
+    let dropin = r.n.path("gpu-health.d/n1.toml");
+    let text = std::fs::read_to_string(&dropin).unwrap();
+    std::fs::write(
+        &dropin,
+        text.replacen(
+            &format!("scontrol = {:?}", r.c.scontrol()),
+            &format!("scontrol = {slow:?}"),
+            1,
+        ),
+    )
+    .unwrap();
+    fault_then_reboot(&r);
+    std::fs::write(r.n.path("slow"), "").unwrap();
+    let run = r.health_check();
+    assert_eq!(
+        r.gate_runs(),
+        1,
+        "10.5 s spent, 35 s needed: the step fits a health check\n{}",
+        run.log
+    );
+    assert_eq!(r.c.reason("n1"), None, "returned\n{}", run.log);
+}
+
+#[test]
+fn a_step_that_waits_says_why() {
+    let r = proving("\"all-reduce\"", "");
+    let all_reduce = r.gate("all_reduce_perf", "nccl/h100x8-good.txt", "");
+    // 10 s NVML deadline + 40 s for Slurm + 1 s leave 9 s: a 35 s step
+    // never fits, and the node stays drained saying so.
+    r.configure_with(
+        "scontrol_timeout_ms = 40000\n",
+        &format!(
+            "[acceptance]\nenabled = true\ngates = [\"all-reduce\"]\nall_reduce_perf = {all_reduce:?}\n\
+             all_reduce_timeout_s = 35\n"
+        ),
+    );
+    fault_then_reboot(&r);
+    let run = r.health_check();
+    assert_eq!(r.gate_runs(), 0, "{}", run.log);
+    assert!(r.reason().ends_with(" (reboot)"), "{}", run.log);
+    let line = run
+        .log
+        .lines()
+        .find(|l| l.contains("acceptance step all-reduce waits"))
+        .unwrap_or_else(|| panic!("a line says why the step waits\n{}", run.log));
+    assert!(line.contains("WARN") || line.contains("warn"), "{line}");
+    assert!(line.contains("of the health check's 60 s"), "{line}");
 }

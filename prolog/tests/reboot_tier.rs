@@ -228,17 +228,21 @@ fn a_configuration_that_does_not_load_runs_no_tier() {
 #[test]
 fn a_tier_longer_than_a_health_check_goes_on_in_the_next_one() {
     let (n, c) = node("nccl/h100x8-good.txt", true);
-    // The all-reduce takes 10 s: what is left of the health check's 45 s
-    // is then less than the nvbandwidth gate's own 35 s limit (its 40 s
-    // are cut to 35 after a boot, with a note).
+    // With 20 s for Slurm, the health check's 60 s less the 23 s kept for
+    // the end of the run (NVML's 1.5 s deadline, scontrol's 20 s, 1 s)
+    // leave 37 s: after an all-reduce of 3 s that is less than the
+    // nvbandwidth gate's own 35 s limit (its 40 s are cut to 35 after a
+    // boot, with a note).
     let all_reduce = n.path("all_reduce_perf");
     let body = std::fs::read_to_string(&all_reduce).unwrap();
-    std::fs::write(&all_reduce, body.replacen("\n", "\nsleep 10.3\n", 1)).unwrap();
+    std::fs::write(&all_reduce, body.replacen("\n", "\nsleep 3\n", 1)).unwrap();
     let dropin = n.path("gpu-health.d/n1.toml");
     let text = std::fs::read_to_string(&dropin).unwrap();
     std::fs::write(
         &dropin,
-        format!("{text}all_reduce_timeout_s = 35\nnvbandwidth_timeout_s = 40\n"),
+        format!(
+            "scontrol_timeout_ms = 20000\n{text}all_reduce_timeout_s = 35\nnvbandwidth_timeout_s = 40\n"
+        ),
     )
     .unwrap();
     rebooted(&n, &c);

@@ -8,15 +8,10 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::check;
 
-/// What the tier gets of one health check after a boot, seconds: Slurm
-/// kills the HealthCheckProgram after 60 s, and the probe, the node's
-/// turns and the resume need the rest. Gates that do not fit wait for
-/// the next health check (the passed ones are kept in the ledger).
-pub const HEALTH_CHECK_TIER_S: u64 = 45;
-
 /// The most one gate (or one HCA's loopback) is given while the tier
-/// runs after a boot: it must fit in one health check's
-/// [`HEALTH_CHECK_TIER_S`] after the run's probe and turn.
+/// runs after a boot: with the run's own work before and after the tier
+/// it must fit in one health check (Slurm kills the HealthCheckProgram
+/// after 60 s by default).
 pub const GATE_AFTER_BOOT_MAX_S: u64 = 35;
 
 /// One gate of the tier.

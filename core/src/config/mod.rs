@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use acceptance::{AcceptanceConfig, GateName, ModelThresholds, HEALTH_CHECK_TIER_S};
+pub use acceptance::{AcceptanceConfig, GateName, ModelThresholds};
 pub use check::{check_config, CheckedConfig, Problem};
 pub use keys::{check as check_range, range_of, KeyRange, NVML_DEADLINE_FLOOR_MS, RANGES};
 pub use load::{

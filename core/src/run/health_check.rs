@@ -266,3 +266,4 @@ fn confirm_with_dcgm(ctx: &RunContext, check: &NodeCheck) -> HealthAction {
 }
 
 mod after_reboot;
+mod tier_budget;

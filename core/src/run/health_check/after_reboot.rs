@@ -8,9 +8,7 @@
 //! reason.
 //!
 //! The tier runs outside the node's turn (like DCGM before a return) and
-//! within the health check's time: Slurm kills the HealthCheckProgram
-//! after 60 s, so one health check gives the tier what is left of
-//! [`HEALTH_CHECK_TIER_S`] since the run started. Steps that do not fit
+//! within the health check's time (`tier_budget`). Steps that do not fit
 //! wait for the next health check; the passed ones are kept in the
 //! ledger for this boot (`Ledger::tier_progress`). The evidence must
 //! cover what the node had before its fault (`Ledger::had`), and a fault
@@ -19,7 +17,6 @@
 use std::time::{Duration, Instant};
 
 use crate::acceptance::{self, GateResult, TierInput, TierOutcome, Verdict, Within};
-use crate::config::HEALTH_CHECK_TIER_S;
 use crate::finding::Finding;
 use crate::inventory::Inventory;
 use crate::ledger::{Plan, ReturnDecision};
@@ -30,6 +27,7 @@ use crate::state::{StateError, StateFile};
 use super::super::act::{self, Turn};
 use super::super::node_check::{self, NodeCheck};
 use super::super::RunContext;
+use super::tier_budget::TierBudget;
 use super::{resume_now, HealthAction, Next, PROBE};
 
 /// In the turn: whether the tier may run now (from the node's line in
@@ -154,6 +152,7 @@ fn run_tier(ctx: &RunContext, check: &NodeCheck, done: &[String], had: &Inventor
         Default::default()
     });
     let hcas = acceptance::hcas_of(&config.acceptance, &fabric);
+    let budget = TierBudget::now(ctx);
     let t0 = Instant::now();
     let outcome = acceptance::run_tier_within(
         &TierInput {
@@ -166,10 +165,19 @@ fn run_tier(ctx: &RunContext, check: &NodeCheck, done: &[String], had: &Inventor
         },
         &Within {
             done,
-            budget: Duration::from_secs(HEALTH_CHECK_TIER_S).saturating_sub(ctx.started.elapsed()),
+            budget: budget.left(),
         },
     );
     log_tier(ctx, &outcome, t0.elapsed().as_millis());
+    if outcome.refused.is_none() && outcome.results.is_empty() {
+        if let Some(first) = outcome.deferred.first() {
+            log::warn!(
+                "{}: acceptance step {first} waits for the next health check: its time limit does not fit, {}",
+                ctx.node,
+                budget.describe()
+            );
+        }
+    }
     outcome
 }
 

@@ -18,12 +18,15 @@
 //!    held the drain back, never because Slurm failed;
 //! 7. with `[remediation] reboot = true`, a reboot (`Step::Reboot`: a new
 //!    boot id, Slurm's `nextstate=RESUME`) is asked only while every open
-//!    fault is one a reboot clears, and only of a node gpu-health drained.
+//!    fault is one a reboot clears, and only of a node gpu-health drained;
+//! 8. every lifecycle move a run makes is one the lifecycle table lists
+//!    (`ledger::lifecycle::TABLE`).
 //!
 //! `PROPTEST_CASES` sets the number of cases (default 48).
 
 mod model;
 
+use gpu_health_core::ledger::lifecycle;
 use model::slurm::{Kill, SlurmMode};
 use model::world::{Step, World};
 use proptest::prelude::*;
@@ -79,8 +82,11 @@ proptest! {
     #[test]
     fn the_ledger_keeps_its_promises(others_drained in 0..2usize, steps in prop::collection::vec(step(), 1..28)) {
         let mut w = World::new(others_drained);
+        lifecycle::take_unlisted();
         for s in &steps {
             w.apply(s)?;
+            let unlisted = lifecycle::take_unlisted();
+            prop_assert!(unlisted.is_empty(), "moves not in the lifecycle table: {unlisted:?}");
         }
     }
 }

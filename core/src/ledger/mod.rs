@@ -27,6 +27,7 @@
 
 mod boot;
 mod inventory;
+pub mod lifecycle;
 mod observe;
 mod plan;
 mod proof;
@@ -39,6 +40,7 @@ use crate::finding::{Action, Finding, Remedy};
 use crate::inventory::Inventory;
 
 pub use boot::BOOT_PROOF_REASON;
+pub use lifecycle::NodeState;
 pub use observe::{Observed, RunView};
 pub use plan::{Plan, Recorded, ReturnDecision};
 

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use crate::finding::{Action, Finding};
 use crate::ids::NodeName;
-use crate::ledger::{store, FaultId, Ledger, PendingCause, Plan, Recorded, RunView};
+use crate::ledger::{
+    lifecycle, store, FaultId, Ledger, NodeState, PendingCause, Plan, Recorded, RunView,
+};
 use crate::ops::drain::{DrainOutcome, Drainer, SlurmCalls, Standing};
 use crate::slurm::{AfterReboot, Scontrol};
 use crate::state::{RunLock, StateError};
@@ -27,6 +29,8 @@ pub struct Turn<'a> {
     /// its Slurm budget.
     waited: Duration,
     slurm: OnceCell<Scontrol<'a>>,
+    /// The lifecycle state the ledger said when the turn was taken.
+    entered: NodeState,
     _lock: Option<RunLock>,
 }
 
@@ -42,9 +46,11 @@ impl<'a> Turn<'a> {
         let budget = Duration::from_millis(ctx.config().scontrol_timeout_ms);
         let t0 = Instant::now();
         let lock = ctx.state.lock_run(budget).map_err(Busy)?;
+        let loaded = store::load(&ctx.state, &ctx.node);
         Ok(Turn {
             ctx,
-            loaded: store::load(&ctx.state, &ctx.node),
+            entered: NodeState::of(&loaded.ledger),
+            loaded,
             waited: t0.elapsed(),
             slurm: OnceCell::new(),
             _lock: lock,
@@ -73,6 +79,7 @@ impl<'a> Turn<'a> {
     /// Save the ledger (when it changed). False when it could not be
     /// saved: then nothing the run found may be marked as handled.
     pub fn commit(&mut self) -> bool {
+        self.log_move();
         match store::save(&self.ctx.state, &self.loaded) {
             Ok(()) => {
                 self.loaded.saved();
@@ -84,6 +91,21 @@ impl<'a> Turn<'a> {
                 );
                 false
             }
+        }
+    }
+}
+
+impl Turn<'_> {
+    /// The lifecycle move this turn made, logged with what made it.
+    fn log_move(&mut self) {
+        let now = NodeState::of(&self.loaded.ledger);
+        let was = std::mem::replace(&mut self.entered, now);
+        if now == was {
+            return;
+        }
+        match lifecycle::moved(was, now) {
+            Ok(m) => log::warn!("{}: {was} -> {now}: {}", self.ctx.node, m.on),
+            Err(e) => log::error!("{}: {e}", self.ctx.node),
         }
     }
 }

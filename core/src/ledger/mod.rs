@@ -26,6 +26,7 @@
 //!   gravest action), texts capped.
 
 mod boot;
+mod clock;
 mod inventory;
 mod observe;
 mod plan;
@@ -39,6 +40,7 @@ use crate::finding::{Action, Finding, Remedy};
 use crate::inventory::Inventory;
 
 pub use boot::BOOT_PROOF_REASON;
+pub use clock::{BootStamp, Clock};
 pub use observe::{Observed, RunView};
 pub use plan::{Plan, Recorded, ReturnDecision};
 
@@ -170,6 +172,10 @@ pub struct Fault {
     pub source: Source,
     pub first_ms: u64,
     pub last_ms: u64,
+    /// `last_ms` on the boot clock: quiet times count on it within a
+    /// boot (absent in ledgers written before, and in imported faults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_boot: Option<BootStamp>,
     pub handling: Handling,
     /// Judged while the configuration was broken (and so by a fallback
     /// policy); a kernel-log fault like this is judged again by the next
@@ -219,6 +225,9 @@ pub struct DrainMark {
     /// Unix ms of the last run that found a draining fault: the
     /// automatic return waits for a quiet time after it.
     pub last_fault_ms: u64,
+    /// The later of `at_ms` and `last_fault_ms` on the boot clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_boot: Option<BootStamp>,
 }
 
 /// Why the last run could not act on the pending faults.
@@ -418,4 +427,6 @@ fn capped(s: &str, max: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+mod clock_tests;
+#[cfg(test)]
+pub(crate) mod tests;

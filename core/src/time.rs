@@ -13,6 +13,24 @@ pub fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Milliseconds on `CLOCK_BOOTTIME`: time since this boot, suspend
+/// included, that no one can set (unlike the wall clock). `None` if the
+/// kernel does not answer.
+pub fn boot_ms() -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    if rc != 0 {
+        return None;
+    }
+    let secs = u64::try_from(ts.tv_sec).ok()?;
+    let nanos = u64::try_from(ts.tv_nsec).ok()?;
+    Some(secs.saturating_mul(1000).saturating_add(nanos / 1_000_000))
+}
+
 /// Days since 1970-01-01 of a proleptic Gregorian date (any year).
 pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };

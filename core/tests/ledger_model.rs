@@ -20,7 +20,10 @@
 //!    boot id, Slurm's `nextstate=RESUME`) is asked only while every open
 //!    fault is one a reboot clears, and only of a node gpu-health drained;
 //! 8. every lifecycle move a run makes is one the lifecycle table lists
-//!    (`ledger::lifecycle::TABLE`).
+//!    (`ledger::lifecycle::TABLE`);
+//! 9. a `drain-until-clean` Xid read in this boot stays in the ledger for
+//!    the quiet time after it on the boot clock, however the wall clock
+//!    was set meanwhile (steps of 2 h and of a year, both ways).
 //!
 //! `PROPTEST_CASES` sets the number of cases (default 48).
 
@@ -40,11 +43,10 @@ fn step() -> impl Strategy<Value = Step> {
         SlurmMode::Hangs,
         SlurmMode::UpdatesFail,
     ];
-    let jumps = vec![
-        60_000i64,
-        700_000,
-        700_000,
-        3_600_000,
+    let jumps = vec![60_000i64, 700_000, 700_000, 3_600_000];
+    let sets = vec![
+        -2 * 3_600_000i64,
+        2 * 3_600_000,
         -365 * 86_400_000,
         365 * 86_400_000,
     ];
@@ -61,7 +63,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::AdminScontrolResume),
         2 => prop::sample::select(modes).prop_map(Step::Slurm),
         2 => any::<bool>().prop_map(Step::ConfigTypo),
-        3 => prop::sample::select(jumps).prop_map(Step::Clock),
+        2 => prop::sample::select(jumps).prop_map(Step::Clock),
+        2 => prop::sample::select(sets).prop_map(Step::ClockSet),
         1 => (1..6usize, any::<bool>()).prop_map(|(at, applied)| Step::Kill(Kill { at, applied })),
         1 => Just(Step::TurnTaken),
         1 => Just(Step::Concurrent),
@@ -146,6 +149,21 @@ fn the_cases_that_broke_the_files_before_the_ledger() {
                 })
                 .chain([xid(79, 3, 2210), Step::HealthCheck])
                 .collect(),
+        ),
+        (
+            "issue 35/7: an Xid 31 held back by the brake, clock 2 h behind, then right",
+            1,
+            vec![
+                Step::ClockSet(-2 * 3_600_000),
+                xid(31, 1, 2212),
+                Step::HealthCheck,
+                Step::ClockSet(2 * 3_600_000),
+                Step::Clock(60_000),
+                Step::HealthCheck,
+                Step::ClockSet(2 * 3_600_000),
+                Step::Clock(60_000),
+                Step::HealthCheck,
+            ],
         ),
         (
             "8: two prologs at once on a faulty node",

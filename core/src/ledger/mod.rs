@@ -26,6 +26,7 @@
 //!   gravest action), texts capped.
 
 mod boot;
+mod clock;
 mod inventory;
 pub mod lifecycle;
 mod observe;
@@ -40,6 +41,7 @@ use crate::finding::{Action, Finding, Remedy};
 use crate::inventory::Inventory;
 
 pub use boot::BOOT_PROOF_REASON;
+pub use clock::{BootStamp, Clock};
 pub use lifecycle::NodeState;
 pub use observe::{Observed, RunView};
 pub use plan::{Plan, Recorded, ReturnDecision};
@@ -172,6 +174,10 @@ pub struct Fault {
     pub source: Source,
     pub first_ms: u64,
     pub last_ms: u64,
+    /// `last_ms` on the boot clock: quiet times count on it within a
+    /// boot (absent in ledgers written before, and in imported faults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_boot: Option<BootStamp>,
     pub handling: Handling,
     /// Judged while the configuration was broken (and so by a fallback
     /// policy); a kernel-log fault like this is judged again by the next
@@ -221,6 +227,9 @@ pub struct DrainMark {
     /// Unix ms of the last run that found a draining fault: the
     /// automatic return waits for a quiet time after it.
     pub last_fault_ms: u64,
+    /// The later of `at_ms` and `last_fault_ms` on the boot clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_boot: Option<BootStamp>,
 }
 
 /// Why the last run could not act on the pending faults.
@@ -420,4 +429,6 @@ fn capped(s: &str, max: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+mod clock_tests;
+#[cfg(test)]
+pub(crate) mod tests;

@@ -5,14 +5,14 @@
 use crate::config::{RecoveryConfig, RemediationConfig};
 use crate::finding::{Action, Finding, Remedy};
 
-use super::{capped, Fault, FaultId, Handling, Ledger, Source, MAX_FAULTS, MAX_MESSAGE};
+use super::{capped, Clock, Fault, FaultId, Handling, Ledger, Source, MAX_FAULTS, MAX_MESSAGE};
 use super::{MAX_RETURNS, MAX_SUMMARY, MAX_WHY};
 
 /// What the ledger needs to know about the run that folds its findings in.
 #[derive(Debug, Clone, Copy)]
-pub struct RunView {
-    /// Unix ms of the run.
-    pub now_ms: u64,
+pub struct RunView<'a> {
+    /// The run's clock (read at its start).
+    pub clock: Clock<'a>,
     /// The run's configuration could be used.
     pub config_ok: bool,
     /// The run read the node's kernel log from its cursor (prolog,
@@ -66,7 +66,7 @@ impl Ledger {
         cfg: &RecoveryConfig,
         remediation: &RemediationConfig,
     ) -> Observed {
-        self.keep_clock_honest(view.now_ms);
+        self.keep_clock_honest(&view.clock);
         if view.config_ok && view.scans_kernel_log {
             // Read again by this run, judged by the policy the admin meant.
             self.faults
@@ -75,12 +75,12 @@ impl Ledger {
         let draining: Vec<Finding> = findings
             .iter()
             .filter(|f| f.action.drains())
-            .map(|f| self.escalated(f, cfg, view.now_ms))
-            .map(|f| self.inspected(f, remediation, view.now_ms))
+            .map(|f| self.escalated(f, cfg, view.clock.wall_ms))
+            .map(|f| self.inspected(f, remediation, view.clock.wall_ms))
             .collect();
         let fresh = !draining.is_empty();
         if !fresh {
-            self.let_quiet_faults_go(view.now_ms, cfg.quiet_ms());
+            self.let_quiet_faults_go(&view.clock, cfg.quiet_ms());
         }
         let changed = |graver: fn(&Finding, &Finding) -> bool| -> Vec<String> {
             draining
@@ -104,10 +104,18 @@ impl Ledger {
     }
 
     /// A clock that jumped back must not leave anything stamped in the
-    /// future: a quiet time or window would never pass. Future stamps
-    /// become now.
-    fn keep_clock_honest(&mut self, now_ms: u64) {
-        let clamp = |t: &mut u64| *t = (*t).min(now_ms);
+    /// future: a window, or a quiet time measured across a boot, would
+    /// not pass until the clock caught up. Future stamps become now, and
+    /// the log says so. Quiet times within a boot count on the boot
+    /// clock (its stamps stay as they were), so that the wall clock set
+    /// right again later ends none early.
+    fn keep_clock_honest(&mut self, now: &Clock) {
+        let now_ms = now.wall_ms;
+        let mut ahead = 0u64;
+        let mut clamp = |t: &mut u64| {
+            ahead = ahead.max(t.saturating_sub(now_ms));
+            *t = (*t).min(now_ms);
+        };
         for f in &mut self.faults {
             clamp(&mut f.first_ms);
             clamp(&mut f.last_ms);
@@ -137,6 +145,23 @@ impl Ledger {
         if let Some(r) = &mut self.reboot_asked {
             clamp(&mut r.at_ms);
         }
+        let boot_ahead = self
+            .faults
+            .iter_mut()
+            .map(|f| &mut f.last_boot)
+            .chain(self.drain.as_mut().map(|d| &mut d.last_boot))
+            .map(|b| now.clamp(b))
+            .max()
+            .unwrap_or(0);
+        if ahead > 0 || boot_ahead > 0 {
+            log::warn!(
+                "ledger {}: stamps up to {} s ahead of the wall clock and {} s ahead of the boot clock \
+                 were set to now (the clock was stepped back)",
+                self.node,
+                ahead / 1000,
+                boot_ahead / 1000
+            );
+        }
     }
 
     /// Pending `drain-until-clean` faults stand until the node was quiet
@@ -144,9 +169,9 @@ impl Ledger {
     /// `drain` faults and drained faults stay (the automatic return and
     /// `gpu-health resume` end those). A fault a reboot cleared goes
     /// once quiet as long (its reboots stay counted in `reboots`).
-    fn let_quiet_faults_go(&mut self, now_ms: u64, quiet_ms: u64) {
+    fn let_quiet_faults_go(&mut self, now: &Clock, quiet_ms: u64) {
         self.faults.retain(|f| {
-            let quiet = now_ms.saturating_sub(f.last_ms) >= quiet_ms;
+            let quiet = now.since(f.last_ms, f.last_boot.as_ref()) >= quiet_ms;
             let goes = f.rebooted() || (f.action == Action::DrainUntilClean && !f.drained());
             !(quiet && goes)
         });
@@ -205,7 +230,7 @@ impl Ledger {
     /// only says the fault was seen again.
     fn merge(&mut self, f: &Finding, view: &RunView) {
         let id = FaultId::of(f);
-        let now = view.now_ms;
+        let now = view.clock.wall_ms;
         match self.faults.iter_mut().find(|e| e.id == id) {
             Some(e) => {
                 // A graver action, or a graver remedy (hardware
@@ -224,6 +249,7 @@ impl Ledger {
                     e.handling = Handling::New;
                 }
                 e.last_ms = now;
+                e.last_boot = view.clock.stamp();
                 // Found again by a run that could judge it.
                 if view.config_ok {
                     e.provisional = false;
@@ -238,6 +264,7 @@ impl Ledger {
                 message: capped(&f.message, MAX_MESSAGE),
                 first_ms: now,
                 last_ms: now,
+                last_boot: view.clock.stamp(),
                 handling: Handling::New,
                 provisional: !view.config_ok,
                 remedy: f.remedy,
@@ -293,7 +320,9 @@ impl Ledger {
             .max_by_key(|f| f.action)
             .map_or(Source::Imported, |f| f.source);
         let first_ms = folded.iter().map(|f| f.first_ms).min().unwrap_or(0);
-        let last_ms = folded.iter().map(|f| f.last_ms).max().unwrap_or(0);
+        let last = folded.iter().max_by_key(|f| f.last_ms);
+        let last_ms = last.map_or(0, |f| f.last_ms);
+        let last_boot = last.and_then(|f| f.last_boot.clone());
         let remedy = folded.iter().map(|f| f.remedy).max().unwrap_or_default();
         // The least handled of them: never drained or cleared while one
         // waits for its action, never cleared while a drained one stands.
@@ -314,6 +343,7 @@ impl Ledger {
             source,
             first_ms,
             last_ms,
+            last_boot,
             handling,
             provisional: false,
             remedy,

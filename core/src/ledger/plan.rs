@@ -4,7 +4,7 @@
 use crate::config::RecoveryConfig;
 use crate::finding::{drain_reason_marked, Action};
 
-use super::{capped, AutoReturn, DrainMark, FaultId, Handling, Held, Ledger, PendingCause};
+use super::{capped, AutoReturn, Clock, DrainMark, FaultId, Handling, Held, Ledger, PendingCause};
 use super::{MAX_RETURNS, MAX_WHY};
 
 /// What a run must do about the open faults.
@@ -91,8 +91,10 @@ impl Ledger {
 
     /// Write down what the run's action came to. `fresh`: the run found
     /// a draining fault itself (the automatic return's quiet time starts
-    /// over).
-    pub fn record(&mut self, outcome: &Recorded, fresh: bool, now_ms: u64) {
+    /// over). `now`: the run's [`Clock`] (bare Unix ms: no boot clock).
+    pub fn record<'a>(&mut self, outcome: &Recorded, fresh: bool, now: impl Into<Clock<'a>>) {
+        let now = now.into();
+        let now_ms = now.wall_ms;
         match outcome {
             Recorded::Nothing => {}
             Recorded::Drained { reason } => {
@@ -107,11 +109,13 @@ impl Ledger {
                     kind,
                     at_ms: now_ms,
                     last_fault_ms: now_ms,
+                    last_boot: now.stamp(),
                 });
                 mark.reason = reason.clone();
                 mark.kind = kind;
                 if fresh {
                     mark.last_fault_ms = now_ms;
+                    mark.last_boot = now.stamp();
                 }
                 self.held = None;
             }
@@ -194,14 +198,16 @@ impl Ledger {
     /// Whether the node may return by itself now: gpu-health drained it,
     /// every open fault is `drain-until-clean`, nothing stands against
     /// the node now (`problems`, from `ops::recovery::clean_now`), and
-    /// it was quiet for `recovery.quiet_time_s`. Reads the ledger, never
-    /// the reason's text.
-    pub fn may_return(
+    /// it was quiet for `recovery.quiet_time_s` (on the boot clock within
+    /// a boot, see [`Clock::since`]). Reads the ledger, never the reason's
+    /// text.
+    pub fn may_return<'a>(
         &self,
         cfg: &RecoveryConfig,
         problems: &[String],
-        now_ms: u64,
+        now: impl Into<Clock<'a>>,
     ) -> ReturnDecision {
+        let now = now.into();
         let Some(mark) = &self.drain else {
             return ReturnDecision::NotOurs(
                 "gpu-health has no drain of this node on record".into(),
@@ -224,14 +230,17 @@ impl Ledger {
             return ReturnDecision::Wait(format!("not clean: {}", problems.join("; ")));
         }
         if !proving {
-            let last = self
+            // Since the last fault or drain: on the boot clock within a
+            // boot, so that a wall clock stepped either way ends no quiet
+            // time early and starts none over.
+            let mark_last = mark.at_ms.max(mark.last_fault_ms);
+            let quiet_for = self
                 .faults
                 .iter()
-                .map(|f| f.last_ms)
-                .chain([mark.at_ms, mark.last_fault_ms])
-                .max()
+                .map(|f| now.since(f.last_ms, f.last_boot.as_ref()))
+                .chain([now.since(mark_last, mark.last_boot.as_ref())])
+                .min()
                 .unwrap_or(0);
-            let quiet_for = now_ms.saturating_sub(last);
             if quiet_for < cfg.quiet_ms() {
                 return ReturnDecision::Wait(format!(
                     "clean, quiet for {} s of the {} s required",

@@ -253,6 +253,7 @@ fn import_legacy(state: &StateDir, node: &NodeName) -> Loaded {
                 kind: r.kind,
                 at_ms: r.at_ms,
                 last_fault_ms: r.last_fault_ms,
+                last_boot: None,
             });
         }
         Ok(_) => {}
@@ -303,6 +304,7 @@ fn add_imported(ledger: &mut Ledger, f: &Finding, handling: Handling, at_ms: u64
         source: Source::Imported,
         first_ms: at_ms,
         last_ms: at_ms,
+        last_boot: None,
         handling,
         provisional: false,
         remedy: f.remedy,

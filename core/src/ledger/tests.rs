@@ -6,16 +6,16 @@ const MIN: u64 = 60_000;
 
 /// A run that sees the whole node (also the reboot, proof and boot
 /// tests' view).
-pub(super) fn view(now_ms: u64) -> RunView {
+pub(super) fn view(now_ms: u64) -> RunView<'static> {
     RunView {
-        now_ms,
+        clock: Clock::wall(now_ms),
         config_ok: true,
         scans_kernel_log: true,
         at_job_end: false,
     }
 }
 
-fn xid(code: u32, gpu: u32, action: Action, pid: u32) -> Finding {
+pub(super) fn xid(code: u32, gpu: u32, action: Action, pid: u32) -> Finding {
     let mut f = Finding::gpu(
         "xid",
         action,
@@ -41,7 +41,7 @@ fn dbe_on_gpu2() -> Finding {
     )
 }
 
-fn cfg() -> RecoveryConfig {
+pub(super) fn cfg() -> RecoveryConfig {
     RecoveryConfig {
         quiet_time_s: 600,
         ..RecoveryConfig::default()

@@ -172,7 +172,7 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
     let asked = turn
         .loaded
         .ledger
-        .boot_seen(&boot_id, view.now_ms, remediation.window_ms());
+        .boot_seen(&boot_id, view.clock.wall_ms, remediation.window_ms());
     if asked {
         log::warn!(
             "{} rebooted as gpu-health asked: the faults it was for are cleared unless found again",
@@ -185,7 +185,7 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
         && turn
             .loaded
             .ledger
-            .boot_noted(&boot_id, any_boot, asked, view.now_ms)
+            .boot_noted(&boot_id, any_boot, asked, view.clock.wall_ms)
     {
         log::warn!(
             "{} booted without gpu-health asking for it ({boot_id}): it is drained until the acceptance tier passes on it (acceptance.after_any_boot)",
@@ -219,7 +219,7 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
         withdraw_left_claim(turn);
     }
     let wanted = |l: &Ledger| {
-        l.reboot_wanted(remediation, view.now_ms)
+        l.reboot_wanted(remediation, view.clock.wall_ms)
             .filter(|_| ctx.config_ok())
     };
     let mut reboot = wanted(&turn.loaded.ledger);
@@ -297,7 +297,7 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
     if let (Some(kinds), Some(DrainOutcome::Drained), Plan::Drain { reason, .. }) =
         (reboot, &drain, &plan)
     {
-        ask_reboot(turn, reason, kinds, &boot_id, view.now_ms);
+        ask_reboot(turn, reason, kinds, &boot_id, view.clock.wall_ms);
     }
     let recorded = recorded(&plan, drain.as_ref());
     if let Recorded::NotActed { .. } = &recorded {
@@ -315,7 +315,7 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
     }
     let ledger = &mut turn.loaded.ledger;
     let before = ledger.drain.as_ref().map(|m| m.reason.clone());
-    ledger.record(&recorded, fresh, view.now_ms);
+    ledger.record(&recorded, fresh, view.clock);
     ledger.claim_ms = None;
     let drain_changed =
         matches!(&recorded, Recorded::Drained { reason } if before.as_ref() != Some(reason));
@@ -499,9 +499,9 @@ pub fn keeps_job_off(outcome: &ActOutcome) -> bool {
 }
 
 /// The view of a prolog or health check (they read the node's kernel log).
-pub fn node_run_view(ctx: &RunContext) -> RunView {
+pub fn node_run_view(ctx: &RunContext) -> RunView<'_> {
     RunView {
-        now_ms: ctx.now_ms,
+        clock: ctx.clock(),
         config_ok: ctx.config_ok(),
         scans_kernel_log: true,
         at_job_end: false,

@@ -228,7 +228,7 @@ fn act_on_faults(ctx: &RunContext, job_id: JobId, record: &mut JobRecord) {
         }
     };
     let view = RunView {
-        now_ms: ctx.now_ms,
+        clock: ctx.clock(),
         config_ok: ctx.config_ok(),
         scans_kernel_log: false,
         at_job_end: true,

@@ -168,7 +168,7 @@ fn return_when_quiet(turn: &mut Turn<'_>, check: &NodeCheck) -> Next {
     let ctx = turn.ctx;
     let problems = recovery::clean_now(&check.findings, &check.snapshot, ctx.config_ok());
     let cfg = &ctx.config().recovery;
-    match turn.ledger().may_return(cfg, &problems, ctx.now_ms) {
+    match turn.ledger().may_return(cfg, &problems, ctx.clock()) {
         ReturnDecision::Return if ctx.config().dcgm.before_return => Next::ConfirmWithDcgm,
         ReturnDecision::Return => Next::Done(resume_now(turn, QUIET)),
         // A drain-until-clean fault of a boot still to prove went quiet:
@@ -254,7 +254,7 @@ fn confirm_with_dcgm(ctx: &RunContext, check: &NodeCheck) -> HealthAction {
     } else {
         let problems = recovery::clean_now(&check.findings, &check.snapshot, ctx.config_ok());
         let cfg = &ctx.config().recovery;
-        match turn.ledger().may_return(cfg, &problems, ctx.now_ms) {
+        match turn.ledger().may_return(cfg, &problems, ctx.clock()) {
             ReturnDecision::Return => resume_now(&mut turn, QUIET),
             ReturnDecision::Wait(why)
             | ReturnDecision::NotOurs(why)

@@ -54,6 +54,10 @@ pub struct RunContext {
     pub state: StateDir,
     /// Unix ms when the run started.
     pub now_ms: u64,
+    /// `CLOCK_BOOTTIME` ms at the run's start, read with `now_ms`: the
+    /// ledger's quiet times count on it within a boot (see
+    /// [`RunContext::clock`]).
+    pub boot_ms: Option<u64>,
     /// When the run started, on the monotonic clock: what a run has
     /// spent of its time limit (the wall clock may step, as chrony does
     /// right after a boot).
@@ -83,6 +87,7 @@ impl RunContext {
     ) -> RunContext {
         let started = std::time::Instant::now();
         let now_ms = crate::time::unix_ms();
+        let boot_ms = crate::time::boot_ms();
         let (node, node_note) = ids::this_node(&env);
         let loaded = config::load_for_node(explicit, &node, &env);
         crate::logging::set_target(&node, loaded.config.log_file.as_deref());
@@ -109,6 +114,7 @@ impl RunContext {
             loaded,
             state,
             now_ms,
+            boot_ms,
             started,
             slurm: None,
             search_path: env("PATH")
@@ -125,6 +131,16 @@ impl RunContext {
     pub fn boot_id(&self) -> &str {
         self.boot_id
             .get_or_init(|| crate::xid::read_boot_id(&self.config().xid).unwrap_or_default())
+    }
+
+    /// The run's clock for the ledger: the wall time and the boot clock
+    /// at its start, and the boot they belong to.
+    pub fn clock(&self) -> crate::ledger::Clock<'_> {
+        crate::ledger::Clock {
+            wall_ms: self.now_ms,
+            boot_ms: self.boot_ms,
+            boot_id: self.boot_id(),
+        }
     }
 
     pub fn config(&self) -> &Config {

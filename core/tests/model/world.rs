@@ -42,7 +42,12 @@ pub enum Step {
     AdminScontrolResume,
     Slurm(SlurmMode),
     ConfigTypo(bool),
+    /// Time passes (the wall clock and the boot clock alike; negative,
+    /// the wall clock alone is set back).
     Clock(i64),
+    /// The wall clock is set (stepped back or forward); the boot clock
+    /// goes on.
+    ClockSet(i64),
     Kill(Kill),
     TurnTaken,
     /// Two prologs of the node at once: the second starts while the
@@ -59,12 +64,22 @@ pub struct Injected {
     pub gpu: u32,
     pub end_offset: u64,
     pub owed: bool,
+    /// A `drain-until-clean` Xid read by a run with a good configuration:
+    /// the boot (count) and boot clock when it was read. Its fault stands
+    /// for at least the quiet time after that, on the boot clock, unless
+    /// a person resumed the node or it rebooted.
+    pub read_at: Option<(u32, u64)>,
+    /// A person answered it (or a broken configuration judged it): no
+    /// longer tracked for its quiet time.
+    pub waived: bool,
 }
 
 pub struct World {
     pub dir: tempfile::TempDir,
     pub slurm: Arc<ModelSlurm>,
     pub now_ms: u64,
+    /// `CLOCK_BOOTTIME` ms of the node (no one sets it; a boot restarts it).
+    pub boot_ms: u64,
     pub typo: bool,
     pub injected: Vec<Injected>,
     /// Texts only users chose (pids and process names).
@@ -91,6 +106,7 @@ impl World {
             dir,
             slurm: Arc::new(ModelSlurm::new(others_drained)),
             now_ms: 1_800_000_000_000,
+            boot_ms: 300_000,
             typo: false,
             injected: Vec::new(),
             user_texts: Vec::new(),
@@ -142,7 +158,8 @@ impl World {
 
     pub fn ctx(&self) -> RunContext {
         self.slurm.clock_ms.store(self.now_ms, SeqCst);
-        model_ctx(&self.path("gpu-health.toml"), &self.slurm, self.now_ms)
+        let ctx = model_ctx(&self.path("gpu-health.toml"), &self.slurm, self.now_ms);
+        with_boot_clock(ctx, self.boot_ms)
     }
 
     pub fn ledger(&self) -> Option<Ledger> {
@@ -221,6 +238,8 @@ impl World {
                     gpu: *gpu as u32,
                     end_offset: end,
                     owed: matches!(code, 79 | 48),
+                    read_at: None,
+                    waived: false,
                 });
             }
             Step::Nvml(s) => self.set_nvml(s),
@@ -319,10 +338,16 @@ impl World {
             }
             Step::Clock(d) => {
                 self.now_ms = self.now_ms.saturating_add_signed(*d);
+                // (Time does not run back: a negative one is a step.)
+                self.boot_ms = self.boot_ms.saturating_add((*d).max(0) as u64);
+            }
+            Step::ClockSet(d) => {
+                self.now_ms = self.now_ms.saturating_add_signed(*d);
             }
             Step::Kill(k) => self.kill = Some(*k),
             Step::Reboot => self.reboot(),
         }
+        self.note_quiet_faults(s);
         self.check()
     }
 
@@ -367,14 +392,14 @@ impl World {
 
     pub fn concurrent(&mut self) -> Result<(), TestCaseError> {
         let config = self.path("gpu-health.toml");
-        let (slurm, now) = (self.slurm.clone(), self.now_ms);
+        let (slurm, now, boot_ms) = (self.slurm.clone(), self.now_ms, self.boot_ms);
         self.slurm.clock_ms.store(now, SeqCst);
         self.slurm.concurrent.store(true, SeqCst);
         let prolog_of = move |job: u32, gpu: u32| {
             let (config, slurm) = (config.clone(), slurm.clone());
             std::thread::spawn(move || {
                 let env = job_env(job, &[gpu]);
-                let ctx = model_ctx(&config, &slurm, now);
+                let ctx = with_boot_clock(model_ctx(&config, &slurm, now), boot_ms);
                 run::guarded("prolog", 0, || prolog::run(&ctx, &JobEnv::from_env(&env)))
             })
         };
@@ -409,6 +434,7 @@ impl World {
             return;
         }
         self.boots += 1;
+        self.boot_ms = 30_000;
         std::fs::write(self.path("boot_id"), format!("boot-{}\n", self.boots)).unwrap();
         // (A fault that needs a person, found after the reboot was asked,
         // gives the reason its kind; the ledger drains it again after.)
@@ -440,6 +466,25 @@ impl World {
         }
     }
 
+    /// Which Xid 31s a run has read now (the quiet time of each starts
+    /// on the boot clock), and which a person answered.
+    fn note_quiet_faults(&mut self, s: &Step) {
+        let answered = matches!(
+            s,
+            Step::AdminResume { .. } | Step::AdminScontrolResume | Step::ConfigTypo(true)
+        );
+        let cursor = self.cursor_offset();
+        let now = (self.boots, self.boot_ms);
+        for e in self.injected.iter_mut().filter(|e| e.code == 31) {
+            if answered || (self.typo && e.read_at.is_none()) {
+                e.waived = true;
+            }
+            if !e.waived && e.read_at.is_none() && e.end_offset <= cursor {
+                e.read_at = Some(now);
+            }
+        }
+    }
+
     pub fn check(&self) -> Result<(), TestCaseError> {
         let ledger = self.ledger();
         // 1. Never lost.
@@ -462,6 +507,31 @@ impl World {
                 e.code,
                 e.gpu,
                 e.end_offset
+            );
+        }
+        // 8. A `drain-until-clean` fault read in this boot stands for the
+        //    quiet time after it on the boot clock, whatever the wall
+        //    clock did (600 s in this configuration).
+        for e in self.injected.iter().filter(|e| !e.waived) {
+            let Some((boot, at)) = e.read_at else {
+                continue;
+            };
+            if boot != self.boots || self.boot_ms.saturating_sub(at) >= 600_000 {
+                continue;
+            }
+            let held = ledger.as_ref().is_some_and(|l| {
+                l.faults.iter().any(|f| {
+                    f.id.check == "xid"
+                        && f.id.code == Some(e.code)
+                        && f.id.gpu.is_none_or(|g| g == e.gpu)
+                })
+            });
+            prop_assert!(
+                held,
+                "Xid {} on GPU{} read {} s ago on the boot clock is gone from the ledger: {ledger:?}",
+                e.code,
+                e.gpu,
+                (self.boot_ms - at) / 1000
             );
         }
         // 3. The brake's bound (10 nodes, 10%: one).
@@ -518,6 +588,12 @@ pub fn model_ctx(config: &Path, slurm: &Arc<ModelSlurm>, now_ms: u64) -> RunCont
     let mut ctx = RunContext::start(env, Some(config), StateAccess::Write);
     ctx.now_ms = now_ms;
     ctx.slurm = Some(slurm.clone());
+    ctx
+}
+
+/// The run's boot clock, as the node's kernel would give it.
+pub fn with_boot_clock(mut ctx: RunContext, boot_ms: u64) -> RunContext {
+    ctx.boot_ms = Some(boot_ms);
     ctx
 }
 

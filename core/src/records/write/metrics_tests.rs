@@ -17,6 +17,7 @@ fn fault(check: &str, gpu: u32, action: Action, handling: Handling) -> Fault {
         source: Source::Probe,
         first_ms: 1_000,
         last_ms: 2_000,
+        last_boot: None,
         handling,
         provisional: false,
         remedy: Default::default(),
@@ -80,6 +81,7 @@ fn the_health_of_a_node_drained_until_clean_with_a_fault_pending() {
         kind: Action::DrainUntilClean,
         at_ms: 3_000,
         last_fault_ms: 3_000,
+        last_boot: None,
     });
     let text = render(&health(), Some(&ledger), &[]);
     gpu_health_testkit::promtool_check_metrics(&text);

@@ -241,7 +241,7 @@ fn return_proven(turn: &mut Turn<'_>, check: &NodeCheck) -> HealthAction {
     let problems = recovery::clean_now(&check.findings, &check.snapshot, ctx.config_ok());
     match turn
         .ledger()
-        .may_return(&ctx.config().recovery, &problems, ctx.now_ms)
+        .may_return(&ctx.config().recovery, &problems, ctx.clock())
     {
         ReturnDecision::Return => resume_now(turn, "every acceptance gate passed"),
         ReturnDecision::Wait(why)

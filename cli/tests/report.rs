@@ -298,3 +298,39 @@ fn the_chart_of_one_hour_one_week_and_an_empty_rack() {
     let empty = chart("empty", &[]);
     assert_eq!(empty.matches(">no data</text>").count(), 2, "{empty}");
 }
+
+/// Issue 37: `report --power --svg F | head -1` ended at the first print
+/// the reader no longer took (SIGPIPE) before F was written.
+#[test]
+fn the_chart_is_written_when_the_reader_leaves_early() {
+    use std::process::Stdio;
+    let recs = Records::new(&[record("1", "n1", days_ago(), days_ago() + H)]);
+    let svg = recs.path("power.svg");
+    let mut child = Command::new(gpu_health_testkit::program(env!(
+        "CARGO_BIN_EXE_gpu-health"
+    )))
+    .arg("report")
+    .arg("--dir")
+    .arg(recs.dir.path().join(""))
+    .args(["--power", "--svg"])
+    .arg(&svg)
+    .env_clear()
+    .env("GPU_HEALTH_CONFIG", recs.path("gpu-health.toml"))
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // The reader is gone before the command prints anything.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let text = std::fs::read_to_string(&svg).unwrap_or_else(|e| {
+        panic!(
+            "{} not written ({e}); status {:?}: {}",
+            svg.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
+}
+

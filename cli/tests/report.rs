@@ -334,3 +334,44 @@ fn the_chart_is_written_when_the_reader_leaves_early() {
     assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
 }
 
+/// Issue 37: an empty rack's "no data" was drawn on a white box over the
+/// middle of its panel, where its budget line may run.
+#[test]
+fn an_empty_racks_no_data_leaves_its_budget_line_seen() {
+    let recs = Records::new(&[]);
+    // Budgets of 10 and 6 kW: the scale goes to 12 kW, so rack r02's
+    // budget line runs through the middle of its panel.
+    std::fs::write(
+        recs.path("gpu-health.toml"),
+        "[[power.racks]]\nname = \"r01\"\nnodes = [\"n1\"]\nsupply_kw = 10.0\ncooling_kw = 12.0\n\
+         [[power.racks]]\nname = \"r02\"\nnodes = [\"n9\"]\nsupply_kw = 6.0\ncooling_kw = 10.0\n",
+    )
+    .unwrap();
+    let svg = recs.path("power.svg");
+    let (code, _, err) = recs.report(&["--power", "--svg", svg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let attr = |line: &str, name: &str| -> f64 {
+        let at = line.find(&format!(" {name}=\"")).unwrap() + name.len() + 3;
+        line[at..].split('"').next().unwrap().parse().unwrap()
+    };
+    let mut budget_y = None;
+    let mut empty = 0;
+    for line in text.lines() {
+        if line.contains("stroke-dasharray=\"8 4\"") {
+            budget_y = Some(attr(line, "y1"));
+        }
+        if line.contains(">no data</text>") {
+            let by = budget_y.expect("a budget line before the panel's text");
+            let ty = attr(line, "y");
+            // The text spans about 12 px above its baseline, 3 below.
+            assert!(
+                by < ty - 14.0 || by > ty + 4.0,
+                "the budget line at y={by} runs through \"no data\" at y={ty}\n{text}"
+            );
+            empty += 1;
+        }
+    }
+    assert_eq!(empty, 2, "{text}");
+}
+

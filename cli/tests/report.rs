@@ -375,3 +375,28 @@ fn an_empty_racks_no_data_leaves_its_budget_line_seen() {
     assert_eq!(empty, 2, "{text}");
 }
 
+/// Issue 37: `--since` took dates only; sacct's `now-1days` is what an
+/// admin types.
+#[test]
+fn since_takes_a_time_relative_to_now() {
+    let now = gpu_health_core::time::unix_ms();
+    let recs = Records::new(&[
+        record("old", "n1", now - 50 * H, now - 49 * H),
+        record("new", "n1", now - 3 * H, now - 2 * H),
+    ]);
+    let jobs = |since: &str| -> Vec<String> {
+        let (code, out, err) = recs.report(&["--csv", "--since", since]);
+        assert_eq!(code, 0, "{since}: {err}");
+        out.lines()
+            .skip(1)
+            .map(|l| l.split(',').next().unwrap_or_default().to_string())
+            .collect()
+    };
+    assert_eq!(jobs("now-1days"), ["new"]);
+    assert_eq!(jobs("now-3days"), ["old", "new"]);
+    assert_eq!(jobs("now-90minutes"), Vec::<String>::new());
+    assert_eq!(jobs("now-150minutes"), ["new"]);
+    let (code, _, err) = recs.report(&["--since", "now-1fortnight"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("now-1days"), "{err}");
+}

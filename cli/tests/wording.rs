@@ -1,5 +1,5 @@
 //! What an admin reads first (issue 37): the shipped configuration's
-//! advice.
+//! advice, the Xid catalog's notes.
 
 use std::path::Path;
 use std::process::Command;
@@ -39,4 +39,29 @@ fn the_shipped_config_says_to_test_changes_with_config_check() {
     // What it recommends accepts the file as shipped.
     let (code, out, err) = gpu_health(&["config", "check"], &shipped_config());
     assert_eq!(code, 0, "{out}{err}");
+}
+
+/// `xids --catalog 31` spoke of "the project's mission" (the note in
+/// `why`, shown with `--json` and in docs/xid-policy.md): an admin needs
+/// what the node goes through.
+#[test]
+fn the_catalog_speaks_to_the_admin() {
+    for code in ["31", "43"] {
+        let (status, out, err) =
+            gpu_health(&["xids", "--catalog", "--json", code], &shipped_config());
+        assert_eq!(status, 0, "{out}{err}");
+        let row: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON row");
+        let why = row["why"].as_str().unwrap_or_default();
+        assert!(
+            !why.contains("mission") && !why.contains("project"),
+            "{code}: {why}"
+        );
+        assert!(why.contains("returns by itself"), "{code}: {why}");
+    }
+    let (_, all, _) = gpu_health(&["xids", "--catalog", "--json"], &shipped_config());
+    assert!(all.lines().count() > 100, "{all}");
+    assert!(
+        !all.contains("mission") && !all.contains("the project"),
+        "{all}"
+    );
 }

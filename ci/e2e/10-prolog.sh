@@ -78,7 +78,8 @@ test_xid79_on_n2_requeues_job_onto_n1() {
     assert_match "$reason" 'Xid 79' "n2's reason names Xid 79"
     assert_match "$reason" 'GPU[0-9]+' "n2's reason names the GPU"
     assert_contains "$reason" "0000:5d:00" "n2's reason names the GPU's PCI address"
-    assert_contains "$(sinfo -R -h -o '%60E %N')" "Xid 79" "sinfo -R shows the reason"
+    assert_contains "$(sinfo -R -h -o '%120E %N')" "Xid 79" "sinfo -R shows the reason"
+    assert_contains "$(sinfo -R -h -o '%120E %N')" "(drain)" "sinfo -R at the docs' width shows the kind"
     local deadline=$((SECONDS + 30))
     while (($(gh_job_field "$job" Restarts) < 1 && SECONDS < deadline)); do sleep 0.5; done
     assert_match "$(gh_job_field "$job" Restarts)" '^[1-9]' "job $job was requeued by Slurm"

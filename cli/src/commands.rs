@@ -197,8 +197,16 @@ pub static REPORT: CommandSpec = CommandSpec {
             "NAME",
             "only the records of this node (a job's figures on it)",
         ),
-        Opt::with("since", "DATE", "only jobs that ended at or after DATE"),
-        Opt::with("until", "DATE", "only jobs that ended before DATE"),
+        Opt::with(
+            "since",
+            "DATE",
+            "only jobs that ended at or after DATE (YYYY-MM-DD[THH:MM[:SS]] UTC, or now-1days, now-2hours, ...)",
+        ),
+        Opt::with(
+            "until",
+            "DATE",
+            "only jobs that ended before DATE (as for --since)",
+        ),
         Opt::with("limit", "N", "only the N jobs that ended last"),
         Opt::flag(
             "near-oom",

@@ -137,7 +137,12 @@ fn run(spec: &'static CommandSpec, p: &Parsed) -> i32 {
             ),
         },
         "manpage" => {
-            print!("{}", generate::man::page());
+            // The version this binary is (the packages' own `@VERSION@`
+            // substitution then finds none left).
+            print!(
+                "{}",
+                generate::man::page().replace("@VERSION@", env!("CARGO_PKG_VERSION"))
+            );
             0
         }
         "help" => match p.operand(0) {

@@ -236,6 +236,17 @@ fn power_report(dir: &Path, args: &Args, cfg: &Config) -> i32 {
     }
     warn_malformed(read.malformed, dir, filter_narrows(&args.filter));
     let (r, left_out) = power::report(&read, &racks, unix_ms());
+    // The chart first: a reader that leaves early (`| head -1`) ends the
+    // command at its next print (SIGPIPE, as any filter); the file it
+    // asked for is written by then.
+    if let Some(path) = &args.svg {
+        // Run as root into a directory of the admin's choosing: never
+        // through a symlink at the path, and never half written.
+        if let Err(e) = state::write_user_file(path, power::svg(&r).as_bytes(), 0o644) {
+            eprintln!("gpu-health report: {}", Term(&e.to_string()));
+            return 1;
+        }
+    }
     let mut out = BufWriter::new(io::stdout().lock());
     let written = match args.format {
         Format::Table => power::write_table(&mut out, &r, left_out),
@@ -245,14 +256,6 @@ fn power_report(dir: &Path, args: &Args, cfg: &Config) -> i32 {
     if let Err(e) = written.and_then(|()| out.flush()) {
         if e.kind() != io::ErrorKind::BrokenPipe {
             eprintln!("gpu-health report: writing the report: {e}");
-            return 1;
-        }
-    }
-    if let Some(path) = &args.svg {
-        // Run as root into a directory of the admin's choosing: never
-        // through a symlink at the path, and never half written.
-        if let Err(e) = state::write_user_file(path, power::svg(&r).as_bytes(), 0o644) {
-            eprintln!("gpu-health report: {}", Term(&e.to_string()));
             return 1;
         }
     }

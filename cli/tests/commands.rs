@@ -311,9 +311,22 @@ fn completions_for_bash_zsh_and_fish() {
 fn the_man_page_renders() {
     let (code, page, _) = run(&["manpage"], None);
     assert_eq!(code, 0);
+    // Issue 37: it printed the packaging's placeholder `@VERSION@`.
+    assert!(
+        !page.contains("@VERSION@"),
+        "the placeholder is left:\n{page}"
+    );
+    assert!(
+        page.lines()
+            .next()
+            .unwrap_or_default()
+            .contains(&format!("\"gpu-health {}\"", env!("CARGO_PKG_VERSION"))),
+        "{}",
+        page.lines().next().unwrap_or_default()
+    );
     let d = tempfile::tempdir().unwrap();
     let file = d.path().join("gpu-health.8");
-    std::fs::write(&file, page.replace("@VERSION@", "0.0")).unwrap();
+    std::fs::write(&file, &page).unwrap();
     let out = Command::new("man")
         .args(["--warnings", "-E", "UTF-8", "-l"])
         .arg(&file)

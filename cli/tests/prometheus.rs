@@ -94,6 +94,13 @@ fn a_health_check_puts_the_nodes_health_in_the_textfile() {
         &format!("gpu_health_gpu_findings{{{gpu3},check=\"ecc-uncorrected\",action=\"drain\"}} 1"),
     );
     has(&text, "gpu_health_node_verdict{verdict=\"drain\"} 1");
+    has(
+        &text,
+        &format!(
+            "gpu_health_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        ),
+    );
     has(&text, "gpu_health_node_drained{kind=\"drain\"} 1");
     has(
         &text,

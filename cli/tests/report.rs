@@ -298,3 +298,105 @@ fn the_chart_of_one_hour_one_week_and_an_empty_rack() {
     let empty = chart("empty", &[]);
     assert_eq!(empty.matches(">no data</text>").count(), 2, "{empty}");
 }
+
+/// Issue 37: `report --power --svg F | head -1` ended at the first print
+/// the reader no longer took (SIGPIPE) before F was written.
+#[test]
+fn the_chart_is_written_when_the_reader_leaves_early() {
+    use std::process::Stdio;
+    let recs = Records::new(&[record("1", "n1", days_ago(), days_ago() + H)]);
+    let svg = recs.path("power.svg");
+    let mut child = Command::new(gpu_health_testkit::program(env!(
+        "CARGO_BIN_EXE_gpu-health"
+    )))
+    .arg("report")
+    .arg("--dir")
+    .arg(recs.dir.path().join(""))
+    .args(["--power", "--svg"])
+    .arg(&svg)
+    .env_clear()
+    .env("GPU_HEALTH_CONFIG", recs.path("gpu-health.toml"))
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // The reader is gone before the command prints anything.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let text = std::fs::read_to_string(&svg).unwrap_or_else(|e| {
+        panic!(
+            "{} not written ({e}); status {:?}: {}",
+            svg.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
+}
+
+/// Issue 37: an empty rack's "no data" was drawn on a white box over the
+/// middle of its panel, where its budget line may run.
+#[test]
+fn an_empty_racks_no_data_leaves_its_budget_line_seen() {
+    let recs = Records::new(&[]);
+    // Budgets of 10 and 6 kW: the scale goes to 12 kW, so rack r02's
+    // budget line runs through the middle of its panel.
+    std::fs::write(
+        recs.path("gpu-health.toml"),
+        "[[power.racks]]\nname = \"r01\"\nnodes = [\"n1\"]\nsupply_kw = 10.0\ncooling_kw = 12.0\n\
+         [[power.racks]]\nname = \"r02\"\nnodes = [\"n9\"]\nsupply_kw = 6.0\ncooling_kw = 10.0\n",
+    )
+    .unwrap();
+    let svg = recs.path("power.svg");
+    let (code, _, err) = recs.report(&["--power", "--svg", svg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let attr = |line: &str, name: &str| -> f64 {
+        let at = line.find(&format!(" {name}=\"")).unwrap() + name.len() + 3;
+        line[at..].split('"').next().unwrap().parse().unwrap()
+    };
+    let mut budget_y = None;
+    let mut empty = 0;
+    for line in text.lines() {
+        if line.contains("stroke-dasharray=\"8 4\"") {
+            budget_y = Some(attr(line, "y1"));
+        }
+        if line.contains(">no data</text>") {
+            let by = budget_y.expect("a budget line before the panel's text");
+            let ty = attr(line, "y");
+            // The text spans about 12 px above its baseline, 3 below.
+            assert!(
+                by < ty - 14.0 || by > ty + 4.0,
+                "the budget line at y={by} runs through \"no data\" at y={ty}\n{text}"
+            );
+            empty += 1;
+        }
+    }
+    assert_eq!(empty, 2, "{text}");
+}
+
+/// Issue 37: `--since` took dates only; sacct's `now-1days` is what an
+/// admin types.
+#[test]
+fn since_takes_a_time_relative_to_now() {
+    let now = gpu_health_core::time::unix_ms();
+    let recs = Records::new(&[
+        record("old", "n1", now - 50 * H, now - 49 * H),
+        record("new", "n1", now - 3 * H, now - 2 * H),
+    ]);
+    let jobs = |since: &str| -> Vec<String> {
+        let (code, out, err) = recs.report(&["--csv", "--since", since]);
+        assert_eq!(code, 0, "{since}: {err}");
+        out.lines()
+            .skip(1)
+            .map(|l| l.split(',').next().unwrap_or_default().to_string())
+            .collect()
+    };
+    assert_eq!(jobs("now-1days"), ["new"]);
+    assert_eq!(jobs("now-3days"), ["old", "new"]);
+    assert_eq!(jobs("now-90minutes"), Vec::<String>::new());
+    assert_eq!(jobs("now-150minutes"), ["new"]);
+    let (code, _, err) = recs.report(&["--since", "now-1fortnight"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("now-1days"), "{err}");
+}

@@ -175,8 +175,15 @@ pub const REASON_PREFIX: &str = "gpu-health:";
 /// slurmctld stores reasons of any length, but slurmdbd keeps node events
 /// in a 255-byte column, `sinfo` and humans read less: a reason stays
 /// within this many bytes, several findings summarised as `+N more` (the
-/// full list goes to the node's log and the drain record).
-pub const MAX_REASON_LEN: usize = 200;
+/// full list goes to the node's log and the drain record). The kind of
+/// drain ends the reason, so `sinfo -R -o "%120E %N"` (docs/operations.md,
+/// [`SINFO_REASON_WIDTH`]) always shows whether to wait or act.
+pub const MAX_REASON_LEN: usize = 120;
+
+/// The reason width the docs recommend for `sinfo -R -o "%<width>E %N"`:
+/// every gpu-health reason, its kind included, fits in it.
+pub const SINFO_REASON_WIDTH: usize = 120;
+const _: () = assert!(MAX_REASON_LEN <= SINFO_REASON_WIDTH);
 
 /// The drain reason for a set of findings, or `None` when none drains.
 ///

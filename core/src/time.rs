@@ -97,9 +97,57 @@ pub fn utc_now() -> String {
 }
 
 /// `YYYY-MM-DD` or `YYYY-MM-DDTHH:MM[:SS]` (UTC, `T` or a space, an
-/// optional trailing `Z`) to Unix milliseconds.
+/// optional trailing `Z`), or a time relative to now as sacct takes it
+/// (`now`, `now-1days`, `now-2hours`, `now+30minutes`, `now-90`), to
+/// Unix milliseconds.
 pub fn parse_since(s: &str) -> Result<u64, String> {
-    let bad = || format!("{s:?} is not YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS] (UTC)");
+    parse_since_at(s, unix_ms())
+}
+
+/// [`parse_since`] with `now_ms` for now.
+pub fn parse_since_at(s: &str, now_ms: u64) -> Result<u64, String> {
+    let t = s.trim();
+    if t.get(..3).is_some_and(|w| w.eq_ignore_ascii_case("now")) {
+        return relative(&t[3..], now_ms).ok_or_else(|| {
+            format!("{s:?} is not now[+|-COUNT[seconds|minutes|hours|days|weeks]] (e.g. now-1days)")
+        });
+    }
+    parse_date(s)
+}
+
+/// The rest of `now[{+|-}COUNT[UNIT]]` (sacct's form: the unit defaults
+/// to seconds, singular or plural), applied to `now_ms`.
+fn relative(rest: &str, now_ms: u64) -> Option<u64> {
+    if rest.is_empty() {
+        return Some(now_ms);
+    }
+    let (minus, rest) = match (rest.strip_prefix('-'), rest.strip_prefix('+')) {
+        (Some(r), _) => (true, r),
+        (None, Some(r)) => (false, r),
+        (None, None) => return None,
+    };
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let count: u64 = rest[..digits].parse().ok()?;
+    let unit_s: u64 = match rest[digits..].to_ascii_lowercase().as_str() {
+        "" | "second" | "seconds" => 1,
+        "minute" | "minutes" => 60,
+        "hour" | "hours" => 3600,
+        "day" | "days" => 86_400,
+        "week" | "weeks" => 604_800,
+        _ => return None,
+    };
+    let delta = count.checked_mul(unit_s)?.checked_mul(1000)?;
+    if minus {
+        Some(now_ms.saturating_sub(delta))
+    } else {
+        now_ms.checked_add(delta)
+    }
+}
+
+fn parse_date(s: &str) -> Result<u64, String> {
+    let bad = || {
+        format!("{s:?} is not YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS] (UTC) or now-COUNTUNIT (now-1days)")
+    };
     let t = s.trim().trim_end_matches('Z');
     let (date, time) = match t.split_once(['T', ' ']) {
         Some((d, t)) => (d, Some(t)),
@@ -135,6 +183,34 @@ pub fn parse_since(s: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn relative_times_as_sacct_takes_them() {
+        let now = 1_795_910_400_000;
+        let at = |s: &str| parse_since_at(s, now);
+        assert_eq!(at("now"), Ok(now));
+        assert_eq!(at("now-1days"), Ok(now - 86_400_000));
+        assert_eq!(at("NOW-2hours"), Ok(now - 7_200_000));
+        assert_eq!(at("now-30minutes"), Ok(now - 1_800_000));
+        assert_eq!(at("now-90"), Ok(now - 90_000));
+        assert_eq!(at("now-1week"), Ok(now - 604_800_000));
+        assert_eq!(at("now+1hour"), Ok(now + 3_600_000));
+        for bad in [
+            "now-",
+            "now-days",
+            "now-1fortnights",
+            "now*2",
+            "now-1 days",
+            "nowhere",
+            "noé",
+            "nowé",
+            "now-1é",
+        ] {
+            let e = at(bad).unwrap_err();
+            assert!(e.contains("now-1days"), "{bad}: {e}");
+        }
+        assert_eq!(at("2026-11-29"), Ok(now));
+    }
 
     #[test]
     fn civil_round_trip_across_eras() {

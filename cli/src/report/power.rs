@@ -349,6 +349,23 @@ fn drawable(w: f64) -> bool {
     w.is_finite() && (0.0..=MAX_PLOT_W).contains(&w)
 }
 
+/// The baseline of an empty panel's "no data" (12 px high text): the
+/// middle of the panel, or clear of the budget line `budget_y` when that
+/// runs through it (below it, or above when there is no room below).
+fn no_data_y(y0: f64, ph: f64, budget_y: Option<f64>) -> f64 {
+    let mid = y0 - ph / 2.0 + 4.0;
+    match budget_y {
+        Some(by) if by > mid - 16.0 && by < mid + 6.0 => {
+            if by + 20.0 <= y0 - 4.0 {
+                by + 20.0
+            } else {
+                by - 8.0
+            }
+        }
+        _ => mid,
+    }
+}
+
 fn panel(s: &mut String, k: &RackPower, f: &Frame, top: f64, ph: f64) {
     let left = f.left;
     let pw = f.width;
@@ -420,13 +437,11 @@ fn panel(s: &mut String, k: &RackPower, f: &Frame, top: f64, ph: f64) {
         );
     }
     if hours.is_empty() {
-        let (cx, cy) = (left + pw / 2.0, y0 - ph / 2.0);
+        let cx = left + pw / 2.0;
         let _ = writeln!(
             s,
-            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"80\" height=\"20\" fill=\"white\"/><text x=\"{cx:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#777777\">no data</text>",
-            cx - 40.0,
-            cy - 14.0,
-            cy
+            "<text x=\"{cx:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#777777\">no data</text>",
+            no_data_y(y0, ph, budget_w.map(y))
         );
         return;
     }

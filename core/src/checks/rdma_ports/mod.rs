@@ -86,7 +86,12 @@ pub fn check_ports(cfg: &RdmaConfig, fabric: &Fabric) -> Vec<Finding> {
     }
     let action = cfg.action.unwrap_or(PortAction::Warn).action();
     let mut bad: Vec<String> = Vec::new();
-    let mut names: Vec<String> = Vec::new();
+    // The summary says what is true of each port: down (present, not
+    // usable) or missing (not there at all), and how many of the count
+    // expected are not there.
+    let mut down: Vec<String> = Vec::new();
+    let mut missing: Vec<String> = Vec::new();
+    let mut absent = 0usize;
     for name in &cfg.expected_ports {
         let Some((dev, port)) = parse_port_name(name) else {
             continue;
@@ -94,12 +99,12 @@ pub fn check_ports(cfg: &RdmaConfig, fabric: &Fabric) -> Vec<Finding> {
         match fabric.port(dev, port) {
             None => {
                 bad.push(format!("{name} missing"));
-                names.push(name.clone());
+                missing.push(name.clone());
             }
             Some(p) => {
                 if let Some(why) = port_problem(p, cfg.expected_rate_gbps) {
                     bad.push(format!("{name} {why}"));
-                    names.push(name.clone());
+                    down.push(name.clone());
                 }
             }
         }
@@ -115,24 +120,36 @@ pub fn check_ports(cfg: &RdmaConfig, fabric: &Fabric) -> Vec<Finding> {
             for p in &fabric.ports {
                 if let Some(why) = port_problem(p, cfg.expected_rate_gbps) {
                     let name = p.hca_name();
-                    if !names.contains(&name) {
+                    if !down.contains(&name) {
                         bad.push(format!("{name} {why}"));
-                        names.push(name);
+                        down.push(name);
                     }
                 }
             }
-            if names.is_empty() {
-                names.push(format!("{good}/{want} ports"));
+            absent = (want as usize).saturating_sub(fabric.ports.len());
+            if absent > 0 {
+                bad.push(format!("{absent} of {want} expected ports not found"));
             }
         }
     }
     if bad.is_empty() {
         return Vec::new();
     }
+    let mut what: Vec<String> = Vec::new();
+    if !down.is_empty() {
+        what.push(format!("{} down", down.join(",")));
+    }
+    if !missing.is_empty() {
+        what.push(format!("{} missing", missing.join(",")));
+    }
+    if absent > 0 {
+        let want = cfg.expected_count.unwrap_or_default();
+        what.push(format!("{absent} of {want} expected ports missing"));
+    }
     vec![Finding::node(
         "rdma-ports",
         action,
-        format!("RDMA {} down", names.join(",")),
+        format!("RDMA {}", what.join(", ")),
         format!(
             "RDMA ports not usable: {}; multi-node NCCL jobs on this node may hang or run slow",
             bad.join("; ")
@@ -224,9 +241,36 @@ mod tests {
             "{}",
             f[0].message
         );
+        assert_eq!(f[0].summary, "RDMA mlx5_0:1 down, mlx5_9:1 missing");
         // No RDMA hardware at all: every expected port is missing.
         let f = check_node_ports(&cfg, &fixture("none"));
         assert!(f[0].message.contains("mlx5_0:1 missing"));
+        assert_eq!(f[0].summary, "RDMA mlx5_9:1,mlx5_0:1 missing");
+    }
+
+    #[test]
+    fn a_count_of_ports_none_of_which_is_there_says_missing_not_down() {
+        let cfg = RdmaConfig {
+            expected_count: Some(8),
+            action: Some(PortAction::Drain),
+            ..Default::default()
+        };
+        let f = check_node_ports(&cfg, &fixture("none"));
+        assert_eq!(f[0].summary, "RDMA 8 of 8 expected ports missing");
+        assert!(
+            f[0].message
+                .contains("0 of 8 ports usable; 8 of 8 expected ports not found"),
+            "{}",
+            f[0].message
+        );
+        let reason = crate::finding::drain_reason(&f).unwrap();
+        assert_eq!(
+            reason,
+            "gpu-health: RDMA 8 of 8 expected ports missing (drain)"
+        );
+        // One down among the eight: down, nothing missing.
+        let f = check_node_ports(&cfg, &fixture("ib-ndr8-one-down"));
+        assert_eq!(f[0].summary, "RDMA mlx5_5:1 down");
     }
 
     #[test]

@@ -106,6 +106,22 @@ fn stateset(out: &mut Out, name: &str, labels: &[(&'static str, String)], curren
     }
 }
 
+/// One series in every textfile, whichever run wrote it: alerts on a
+/// series that is absent (no health check ever ran) compare against it.
+fn render_build(out: &mut Out) {
+    out.family(
+        "gpu_health_build_info",
+        "gauge",
+        "1, labelled with the version of gpu-health that wrote this file",
+    );
+    out.sample(
+        "gpu_health_build_info",
+        &[("version", env!("CARGO_PKG_VERSION"))],
+        1.0,
+        0,
+    );
+}
+
 fn render_check(out: &mut Out, h: &HealthMetrics) {
     out.family(
         "gpu_health_last_prolog_timestamp_seconds",
@@ -521,6 +537,7 @@ fn jobs(out: &mut Out, records: &[JobRecord]) {
 /// The whole textfile.
 pub fn render(h: &HealthMetrics, ledger: Option<&Ledger>, recent: &[JobRecord]) -> String {
     let mut out = Out(String::with_capacity(16 * 1024));
+    render_build(&mut out);
     render_check(&mut out, h);
     render_ledger(&mut out, ledger);
     render_xids(&mut out, h);

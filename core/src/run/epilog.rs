@@ -66,12 +66,7 @@ fn finish_job(ctx: &RunContext, job: &JobEnv, meta: &JobMeta) -> EpilogOutcome {
         log::warn!("no SLURM_JOB_ID: no job record");
         return nothing;
     };
-    let start = match ctx.state.load::<JobStart>(job_id) {
-        Ok(Some(s)) if s.job_id == job_id => Ok(s),
-        Ok(Some(_)) => Err("start snapshot of another job under this job's name".to_string()),
-        Ok(None) => Err(NO_START.to_string()),
-        Err(e) => Err(format!("start snapshot unusable: {e}")),
-    };
+    let start = job_start(ctx, job_id);
     let job_gpus = match (&job.job_gpus, &start) {
         (g, _) if !g.is_empty() => g.clone(),
         (_, Ok(s)) => s.job_gpus.clone(),
@@ -81,14 +76,7 @@ fn finish_job(ctx: &RunContext, job: &JobEnv, meta: &JobMeta) -> EpilogOutcome {
         remove_job_files(ctx, job_id);
         return nothing;
     }
-    let opts = ProbeOptions {
-        accounting_processes: true,
-        enable_accounting: false,
-        topology: false,
-    };
-    let deadline = Duration::from_millis(cfg.nvml_deadline_ms);
-    let mut snapshot = probe::probe_with_deadline(cfg.nvml_library.as_deref(), opts, deadline);
-    probe::number_as_on_node_in_job(&mut snapshot, &cfg.sysfs_root, job_id.get());
+    let snapshot = probe_job(ctx, job_id);
     let xids = job_xids(cfg, &snapshot, &start, &job_gpus, ctx.now_ms);
     let power_peaks = match ctx.state.load::<PowerPeaks>(job_id) {
         Ok(p) => p,
@@ -118,6 +106,45 @@ fn finish_job(ctx: &RunContext, job: &JobEnv, meta: &JobMeta) -> EpilogOutcome {
         );
     }
     act_on_faults(ctx, job_id, &mut record);
+    let stored = keep_record(ctx, job_id, &record, &snapshot);
+    EpilogOutcome {
+        record: Some(record),
+        stored: Some(stored),
+    }
+}
+
+/// The job's start snapshot (the Prolog's), or why there is none.
+fn job_start(ctx: &RunContext, job_id: JobId) -> Result<JobStart, String> {
+    match ctx.state.load::<JobStart>(job_id) {
+        Ok(Some(s)) if s.job_id == job_id => Ok(s),
+        Ok(Some(_)) => Err("start snapshot of another job under this job's name".to_string()),
+        Ok(None) => Err(NO_START.to_string()),
+        Err(e) => Err(format!("start snapshot unusable: {e}")),
+    }
+}
+
+/// The job's GPUs at its end, numbered as on the node.
+fn probe_job(ctx: &RunContext, job_id: JobId) -> NodeSnapshot {
+    let cfg = ctx.config();
+    let opts = ProbeOptions {
+        accounting_processes: true,
+        enable_accounting: false,
+        topology: false,
+    };
+    let deadline = Duration::from_millis(cfg.nvml_deadline_ms);
+    let mut snapshot = probe::probe_with_deadline(cfg.nvml_library.as_deref(), opts, deadline);
+    probe::number_as_on_node_in_job(&mut snapshot, &cfg.sysfs_root, job_id.get());
+    snapshot
+}
+
+/// Store the record, update the textfile and remove the job's files.
+fn keep_record(
+    ctx: &RunContext,
+    job_id: JobId,
+    record: &JobRecord,
+    snapshot: &NodeSnapshot,
+) -> Stored {
+    let cfg = ctx.config();
     let stored = match record.to_line() {
         Ok(line) => records::store_line(&ctx.state, &cfg.records_dir(), ctx.now_ms, job_id, &line),
         Err(e) => Stored::Lost {
@@ -128,8 +155,8 @@ fn finish_job(ctx: &RunContext, job: &JobEnv, meta: &JobMeta) -> EpilogOutcome {
         if let Err(e) = records::update_prometheus(
             &ctx.state,
             textfile,
-            &record,
-            Some(&records::LivePower::of(&snapshot)),
+            record,
+            Some(&records::LivePower::of(snapshot)),
         ) {
             log::warn!("prometheus textfile not updated: {e}");
         }
@@ -140,10 +167,7 @@ fn finish_job(ctx: &RunContext, job: &JobEnv, meta: &JobMeta) -> EpilogOutcome {
             log::info!("removed the stale start snapshot of job {stale}");
         }
     }
-    EpilogOutcome {
-        record: Some(record),
-        stored: Some(stored),
-    }
+    stored
 }
 
 /// Xid events on the job's GPUs since the prolog's cursor. The node's own

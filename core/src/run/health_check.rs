@@ -119,19 +119,7 @@ pub fn run(ctx: &RunContext) -> HealthReport {
     node_check::commit(ctx, &check, None, ctx.config_ok() && saved);
     side_work(ctx, &check);
     drop(turn);
-    crate::records::metrics::after_check(
-        &ctx.state,
-        ctx.config(),
-        &crate::records::metrics::CheckSeen {
-            run: crate::records::metrics::RunKind::HealthCheck,
-            now_ms: ctx.now_ms,
-            config_ok: ctx.config_ok(),
-            snapshot: &check.snapshot,
-            findings: &check.findings,
-            xid_events: check.xid_events(),
-            boot_id: ctx.boot_id(),
-        },
-    );
+    node_check::count_in_metrics(ctx, &check, crate::records::metrics::RunKind::HealthCheck);
     let action = match next {
         Next::Done(action) => action,
         // Decided in the turn; DCGM runs outside it (it takes minutes),

@@ -165,3 +165,24 @@ pub fn commit(ctx: &RunContext, check: &NodeCheck, job: Option<&JobContext>, han
     };
     checks::commit_all(&io(ctx, &check.snapshot, job, false), &input, handled);
 }
+
+/// The run's check in the node's metrics (`records::metrics`).
+pub fn count_in_metrics(
+    ctx: &RunContext,
+    check: &NodeCheck,
+    run: crate::records::metrics::RunKind,
+) {
+    crate::records::metrics::after_check(
+        &ctx.state,
+        ctx.config(),
+        &crate::records::metrics::CheckSeen {
+            run,
+            now_ms: ctx.now_ms,
+            config_ok: ctx.config_ok(),
+            snapshot: &check.snapshot,
+            findings: &check.findings,
+            xid_events: check.xid_events(),
+            boot_id: ctx.boot_id(),
+        },
+    );
+}

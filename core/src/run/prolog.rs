@@ -58,23 +58,30 @@ pub fn run(ctx: &RunContext, job: &JobEnv) -> i32 {
     let mut told = check.findings.clone();
     told.extend(open_faults(turn.ledger(), &check.findings));
     drop(turn);
-    records::metrics::after_check(
-        &ctx.state,
-        ctx.config(),
-        &records::metrics::CheckSeen {
-            run: records::metrics::RunKind::Prolog,
-            now_ms: ctx.now_ms,
-            config_ok: ctx.config_ok(),
-            snapshot: &check.snapshot,
-            findings: &check.findings,
-            xid_events: check.xid_events(),
-            boot_id: ctx.boot_id(),
-        },
-    );
-
+    node_check::count_in_metrics(ctx, &check, records::metrics::RunKind::Prolog);
     save_job_start(ctx, job, &check);
     let code = i32::from(keep_off);
-    if let Some(note) = act::not_drained_note(&outcome) {
+    tell_job(ctx, job, &outcome, told, code);
+    log::info!(
+        "job {} on {}: {} findings, exit {code}, probe {} us",
+        job.job_id.map_or("-".into(), |j| j.to_string()),
+        ctx.node,
+        check.findings.len(),
+        check.snapshot.probe_us
+    );
+    code
+}
+
+/// The job's verdict: what was found, and why a fault did not drain
+/// when one did not.
+fn tell_job(
+    ctx: &RunContext,
+    job: &JobEnv,
+    outcome: &act::ActOutcome,
+    mut told: Vec<Finding>,
+    code: i32,
+) {
+    if let Some(note) = act::not_drained_note(outcome) {
         if code == 0 {
             // Held back (brake, configuration error): the job runs,
             // warned; strict jobs are refused by the plugin.
@@ -87,14 +94,6 @@ pub fn run(ctx: &RunContext, job: &JobEnv) -> i32 {
         told.push(note);
     }
     write_verdict(ctx, job, told);
-    log::info!(
-        "job {} on {}: {} findings, exit {code}, probe {} us",
-        job.job_id.map_or("-".into(), |j| j.to_string()),
-        ctx.node,
-        check.findings.len(),
-        check.snapshot.probe_us
-    );
-    code
 }
 
 /// Another run of this node holds its turn past this run's budget (it is

@@ -91,30 +91,8 @@ pub fn run(
         .reason
         .clone()
         .filter(|_| info.is_drained() || info.held_by_us());
-    let window = ctx.config().recovery.escalate_window_ms();
     let outcome = match reason {
-        None => {
-            let pending: Vec<String> = turn
-                .ledger()
-                .faults
-                .iter()
-                .map(|f| format!("{} ({})", f.summary, f.action.as_str()))
-                .collect();
-            let forgotten = forget_pending && !pending.is_empty();
-            if forgotten {
-                turn.loaded.ledger.returned(false, ctx.now_ms, window);
-                log::warn!(
-                    "{target}: an admin forgot {} pending fault(s): {}",
-                    pending.len(),
-                    pending.join("; ")
-                );
-            }
-            ResumeOutcome::NotDrained {
-                state: info.state,
-                pending,
-                forgotten,
-            }
-        }
+        None => not_drained(&mut turn, target, info.state, forget_pending),
         Some(r) if !is_own_reason(&r) => ResumeOutcome::Error(format!(
             "{target} is drained by someone else (reason {:?}); gpu-health only resumes its own \
              drains. If you mean it: scontrol update NodeName={target} State=RESUME",
@@ -130,6 +108,7 @@ pub fn run(
             Ok(()) => {
                 // The admin answered every fault: the count of automatic
                 // returns starts over too.
+                let window = ctx.config().recovery.escalate_window_ms();
                 turn.loaded.ledger.returned(false, ctx.now_ms, window);
                 ResumeOutcome::Resumed(r)
             }
@@ -140,6 +119,38 @@ pub fn run(
         log::error!("{target}: the fault ledger was not saved; the closed faults may come back");
     }
     outcome
+}
+
+/// The node is not drained: what the ledger holds pending, forgotten
+/// when the admin asked (`--forget-pending`).
+fn not_drained(
+    turn: &mut Turn<'_>,
+    target: &NodeName,
+    state: String,
+    forget_pending: bool,
+) -> ResumeOutcome {
+    let ctx = turn.ctx;
+    let pending: Vec<String> = turn
+        .ledger()
+        .faults
+        .iter()
+        .map(|f| format!("{} ({})", f.summary, f.action.as_str()))
+        .collect();
+    let forgotten = forget_pending && !pending.is_empty();
+    if forgotten {
+        let window = ctx.config().recovery.escalate_window_ms();
+        turn.loaded.ledger.returned(false, ctx.now_ms, window);
+        log::warn!(
+            "{target}: an admin forgot {} pending fault(s): {}",
+            pending.len(),
+            pending.join("; ")
+        );
+    }
+    ResumeOutcome::NotDrained {
+        state,
+        pending,
+        forgotten,
+    }
 }
 
 /// Everything that stands against returning this node now: the checks

@@ -67,6 +67,7 @@ pub fn run(ctx: &RunContext, job: &JobEnv) -> i32 {
             snapshot: &check.snapshot,
             findings: &check.findings,
             xid_events: check.xid_events(),
+            xid_read_from: check.xid_read_from(),
             boot_id: ctx.boot_id(),
         },
     );

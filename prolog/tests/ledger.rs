@@ -350,3 +350,53 @@ fn an_unreadable_ledger_is_set_aside_and_the_kernel_log_read_again() {
     assert_eq!(r.code, 1, "the Xid 79 is found again: {}", r.log);
     assert_eq!(c.reason("n1").as_deref(), Some(XID79_REASON));
 }
+
+/// Issue 35, item 6: n1 was drained by gpu-health through the brake and
+/// returned by an admin; its Comment keeps that drain's stamp, which the
+/// brake's window counts. A new fault the share holds back (n2 is
+/// drained now) must neither erase the stamp with its claim nor blank it
+/// with the withdrawal: before, the Comment ended empty and the window
+/// forgot the drain, letting one node more drain than allowed.
+#[test]
+fn a_claim_keeps_the_nodes_own_drain_stamp_and_its_withdrawal_restores_it() {
+    let (n, c) = cluster_node("h100x8-healthy", &[], "");
+    assert_eq!(n.prolog("1", "0").code, 0);
+    let fault = |t| {
+        xid_line(
+            t,
+            "0000:5d:00",
+            79,
+            2210,
+            "python3",
+            "GPU has fallen off the bus.",
+        )
+    };
+    append(&n, &fault(9000));
+    let r = n.prolog("2", "3");
+    assert_eq!(c.reason("n1").as_deref(), Some(XID79_REASON), "{}", r.log);
+    let stamp = c.comment("n1").unwrap_or_default();
+    assert!(stamp.starts_with("gpu-health-drained:"), "{stamp}");
+    c.resume("n1");
+    let r = n.prolog("3", "0");
+    assert_eq!(r.code, 0, "returned by the admin: {}", r.log);
+    c.drain("n2", OTHER_NODES_DRAIN);
+    append(&n, &fault(9100));
+    let r = n.prolog("4", "3");
+    assert!(
+        r.log.contains("drain brake: 1 of 4"),
+        "held back: {}",
+        r.log
+    );
+    assert_eq!(c.reason("n1"), None, "{}", r.log);
+    assert_eq!(c.comment("n1"), Some(stamp.clone()), "{}", r.log);
+    let claims: Vec<String> = c
+        .calls()
+        .into_iter()
+        .filter(|l| l.contains("gpu-health-claim:"))
+        .collect();
+    assert_eq!(claims.len(), 2, "{claims:?}");
+    assert!(
+        claims[1].ends_with(&format!(",{stamp}")),
+        "the claim keeps the stamp: {claims:?}"
+    );
+}

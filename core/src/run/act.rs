@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crate::finding::{Action, Finding};
 use crate::ids::NodeName;
 use crate::ledger::{store, FaultId, Ledger, PendingCause, Plan, Recorded, RunView};
-use crate::ops::drain::{DrainOutcome, Drainer, SlurmCalls, Standing};
+use crate::ops::drain::{DrainOutcome, DrainStamp, Drainer, SlurmCalls, Standing};
 use crate::slurm::{AfterReboot, Scontrol};
 use crate::state::{RunLock, StateError};
 
@@ -372,6 +372,8 @@ fn drainer_look(turn: &Turn<'_>) -> Result<Standing, crate::slurm::SlurmError> {
         brake: &turn.ctx.config().brake,
         slurm: turn.slurm(),
         before_claim: &noop,
+        kept: Default::default(),
+        stamped: Default::default(),
     };
     d.look(&turn.ctx.node)
 }
@@ -405,12 +407,21 @@ fn with_drainer(turn: &mut Turn<'_>, f: impl FnOnce(&Drainer<'_>) -> DrainOutcom
         }
         Ok(())
     };
+    // The node's own drain stamp, which its claim keeps in the Comment.
+    let kept = state.load::<DrainStamp>(()).ok().flatten().map(|s| s.ms);
     let d = Drainer {
         brake: &turn.ctx.config().brake,
         slurm: turn.slurm(),
         before_claim: &record_claim,
+        kept: kept.into(),
+        stamped: Default::default(),
     };
     let outcome = f(&d);
+    if let Some(ms) = d.stamped.get() {
+        if let Err(e) = state.save((), &DrainStamp { ms }) {
+            log::warn!("cannot keep the drain's stamp ({e}): the next claim may not carry it");
+        }
+    }
     // Whatever was saved before the claim is not what the file holds now.
     turn.loaded.forget_original();
     outcome
@@ -424,7 +435,10 @@ fn withdraw_left_claim(turn: &mut Turn<'_>) {
     };
     let node = &turn.ctx.node;
     match turn.slurm().show_node(node) {
-        Ok(Some(me)) if me.claim_ms == Some(stamp) => match turn.slurm().release_claim(node) {
+        Ok(Some(me)) if me.claim_ms == Some(stamp) => match turn
+            .slurm()
+            .release_claim(node, crate::ops::drain::own_stamp(&me))
+        {
             Ok(()) => log::info!("withdrew a drain-brake claim an interrupted run left on {node}"),
             Err(e) => {
                 log::warn!("cannot withdraw the claim an interrupted run left on {node}: {e}")

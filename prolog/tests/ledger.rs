@@ -243,6 +243,48 @@ fn concurrent_prologs_drain_once_and_start_no_job() {
     assert!(comment.starts_with("gpu-health-drained:"), "{comment}");
 }
 
+/// Issue 35, item 5: the same storm with a state directory the runs may
+/// not use (writable by others; an NFS export with root_squash, owned by
+/// another uid, is the same to them). There was no run lock then: the
+/// eight prologs claimed at once, overwrote each other's claim, held back
+/// and started their jobs on the faulty GPU. They take turns under the
+/// lock in `run_lock_dir` now.
+#[test]
+fn concurrent_prologs_with_an_unusable_state_dir_still_take_turns() {
+    use std::os::unix::fs::PermissionsExt;
+    let (n, c) = cluster_node("h100x8-healthy", &[], "");
+    std::fs::create_dir(n.path("state")).unwrap();
+    std::fs::set_permissions(n.path("state"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    append(
+        &n,
+        &xid_line(
+            9000,
+            "0000:5d:00",
+            79,
+            2210,
+            "python3",
+            "GPU has fallen off the bus.",
+        ),
+    );
+    let children: Vec<_> = (0..8)
+        .map(|i| {
+            let mut cmd = n.command(&format!("3{i}"), &i.to_string());
+            cmd.stderr(std::process::Stdio::null());
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    let codes: Vec<i32> = children
+        .into_iter()
+        .map(|mut ch| ch.wait().unwrap().code().unwrap_or(-1))
+        .collect();
+    assert_eq!(codes, vec![1; 8], "no job starts on the faulty node");
+    assert_eq!(c.reason("n1").as_deref(), Some(XID79_REASON));
+    assert_eq!(c.drains(), 1, "{:?}", c.calls());
+    let comment = c.comment("n1").unwrap_or_default();
+    assert!(comment.starts_with("gpu-health-drained:"), "{comment}");
+    assert!(n.path("run/run.lock").is_file(), "the lock outside it");
+}
+
 #[test]
 fn a_hundred_concurrent_health_checks_drain() {
     let (n, c) = cluster_node("h100x8-healthy", &[], "scontrol_timeout_ms = 20000");

@@ -41,7 +41,10 @@ impl<'a> Turn<'a> {
     pub fn take(ctx: &'a RunContext) -> Result<Turn<'a>, Busy> {
         let budget = Duration::from_millis(ctx.config().scontrol_timeout_ms);
         let t0 = Instant::now();
-        let lock = ctx.state.lock_run(budget).map_err(Busy)?;
+        let lock = ctx
+            .state
+            .lock_run(budget, &ctx.config().run_lock_dir)
+            .map_err(Busy)?;
         Ok(Turn {
             ctx,
             loaded: store::load(&ctx.state, &ctx.node),

@@ -316,3 +316,44 @@ print("; ".join(bad) or "ok")' 2>&1)
     assert_eq "$check" ok "job $job: GPU0's sampled peak is 650 W (prolog, health checks, epilog), above its mean"
     assert_eq "$(compgen -G "$GH_DIR/n1/state/jobs/$job.*" || true)" "" "n1 removed the job's files, its power samples too"
 }
+
+# 8. Issue 35, item 6: a node gpu-health drained through the brake and an
+#    admin returned keeps that drain's stamp in its Comment (the brake's
+#    time window counts it) through a claim the brake holds back: the
+#    claim carries it (`gpu-health-claim:<ms>,gpu-health-drained:<ms>`,
+#    which slurmctld must take as one Comment) and the withdrawal puts it
+#    back. Before, the claim replaced it and the withdrawal emptied it.
+test_brake_claim_keeps_the_nodes_drain_stamp() {
+    GH_FOCUS="n1 n2"
+    local stamp comment rc log deadline
+    # No window: drains of earlier tests must not hold n1's first drain.
+    ops_config n1 "[brake]
+max_drained_fraction = 0.25
+window_minutes = 0"
+    gh_set_scenario n1 h100x8-dbe
+    health_check_on
+    assert_node_state n1 '.*\+drain' 40 "n1 drained for its DBE"
+    stamp=$(scontrol -o show node n1 | grep -o ' Comment=gpu-health-drained:[0-9]*' | cut -d= -f2)
+    assert_contains "$stamp" "gpu-health-drained:" "the drain left its stamp in the Comment"
+    gh_set_scenario n1 h100x8-healthy
+    rc=0
+    admin_resume n1 >/dev/null 2>&1 || rc=$?
+    assert_eq "$rc" 0 "the admin returns n1"
+    assert_node_state n1 idle 20 "n1 is idle again"
+    scontrol update NodeName=n2 State=DRAIN "Reason=gpu-health: Xid 48 GPU0 0000:18:00.0 (drain)"
+    log=$(gh_gpu_health_log n1)
+    gh_set_scenario n1 h100x8-dbe
+    deadline=$((SECONDS + 40))
+    until grep -q 'drain brake: 1 of 4' "$log" 2>/dev/null || ((SECONDS > deadline)); do sleep 1; done
+    health_check_off
+    sleep 5
+    assert_contains "$(gh_cat "$log")" "drain brake: 1 of 4" "n1's new drain is held back by the share"
+    if grep -q 'cannot claim a drain' "$log"; then
+        fail "slurmctld refused a claim: $(grep 'cannot claim a drain' "$log" | tail -n1)"
+    else
+        pass "every claim was taken"
+    fi
+    comment=$(scontrol -o show node n1 | grep -o ' Comment=[^ ]*' | cut -d= -f2)
+    assert_eq "$comment" "$stamp" "the withdrawn claim put n1's drain stamp back"
+    scontrol update NodeName=n1 Comment=
+}

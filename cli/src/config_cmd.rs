@@ -43,6 +43,8 @@ pub fn run(p: &Parsed) -> i32 {
     if n > 0 {
         let affected = if checked.runs_affected() {
             "the Prolog, Epilog, health check and plugin fall back and drain nothing until fixed"
+        } else if checked.problems.iter().any(|p| p.not_read) {
+            "the runs do not read the paths named; the rest is in force"
         } else {
             "report-only: only `gpu-health report --power` is affected"
         };

@@ -33,9 +33,9 @@ fn config_check_names_every_error_with_file_line_and_table() {
     assert_eq!(code, 1, "{out}{err}");
     let file = cfg.display().to_string();
     for want in [
-        format!("{file}:7:1: top level: unknown field `nvml_deadine_ms`"),
-        format!("{file}:9:1: [dcgm]: unknown field `levle`"),
-        "    9 | levle = 2\n      | ^^^^^".to_string(),
+        format!("{file}:8:1: top level: unknown field `nvml_deadine_ms`"),
+        format!("{file}:10:1: [dcgm]: unknown field `levle`"),
+        "   10 | levle = 2\n      | ^^^^^".to_string(),
         "4 errors in ".to_string(),
     ] {
         assert!(out.contains(&want), "{want}\n{out}");
@@ -46,7 +46,7 @@ fn config_check_names_every_error_with_file_line_and_table() {
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains(&format!(
-            "{}:8:1: [brake]: brake.settle_ms = 20000 is outside 100..=10000",
+            "{}:9:1: [brake]: brake.settle_ms = 20000 is outside 100..=10000",
             cfg.display()
         )),
         "{out}"

@@ -138,6 +138,69 @@ fn a_health_check_puts_the_nodes_health_in_the_textfile() {
     );
 }
 
+/// Issue 35, item 8: a syslog file stamps its records to the second.
+/// An Xid 79 in the same second as the Xid 13 before it, in the same
+/// read or in the next, each count once: the count by position dropped
+/// the 79 while the node was drained for it.
+#[test]
+fn xids_of_one_second_in_a_syslog_file_each_count() {
+    let node = Node::new(
+        "h100x8-healthy",
+        &["n1"],
+        "[xid]\nsyslog_may_drain = true\n",
+        "[brake]\nenabled = false\n",
+    );
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    // `2026-12-07T22:00:01Z`: no fraction of a second.
+    let at = gpu_health_core::time::format_utc_ms(now_ms - 60_000);
+    let at = format!("{}Z", &at[..at.len() - 5]);
+    let line = |pci: &str, code: u32, text: &str| {
+        format!("{at} n1 kernel: NVRM: Xid (PCI:{pci}): {code}, pid=2210, {text}\n")
+    };
+    let xid13 = line("0000:18:00", 13, "Graphics Exception");
+    let xid79 = line("0000:5d:00", 79, "GPU has fallen off the bus.");
+    std::fs::write(node.sim.path("kernel.log"), format!("{xid13}{xid79}")).unwrap();
+    let (code, out) = node.health_check();
+    assert_eq!(code, 1, "{out}");
+    let reason = node.cluster.reason("n1").unwrap_or_default();
+    assert!(reason.contains("Xid 79 GPU3"), "{reason}\n{out}");
+    let text = node.textfile();
+    has(
+        &text,
+        "gpu_health_xid_events_total{kind=\"xid\",code=\"13\"} 1",
+    );
+    has(
+        &text,
+        "gpu_health_xid_events_total{kind=\"xid\",code=\"79\"} 1",
+    );
+    // The next read (from the cursor after them): another of that second.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(node.sim.path("kernel.log"))
+        .unwrap();
+    std::io::Write::write_all(&mut f, xid79.as_bytes()).unwrap();
+    let _ = node.health_check();
+    let text = node.textfile();
+    has(
+        &text,
+        "gpu_health_xid_events_total{kind=\"xid\",code=\"79\"} 2",
+    );
+    // Nothing new: the counts stay.
+    let _ = node.health_check();
+    let text = node.textfile();
+    has(
+        &text,
+        "gpu_health_xid_events_total{kind=\"xid\",code=\"79\"} 2",
+    );
+    has(
+        &text,
+        "gpu_health_xid_events_total{kind=\"xid\",code=\"13\"} 1",
+    );
+}
+
 #[test]
 fn a_drain_the_brake_holds_back_is_pending_with_its_cause() {
     let node = Node::new("h100x8-dbe", &["n1", "n2"], "", "");

@@ -54,6 +54,24 @@ pub const CLAIM_PREFIX: &str = "gpu-health-claim:";
 /// follows. The brake's time window counts these (`ops::brake`).
 pub const DRAINED_PREFIX: &str = "gpu-health-drained:";
 
+/// The Comment of the brake's claim at `stamp_ms` on a node whose own
+/// earlier drain was stamped `kept`: the claim, then that stamp, one word
+/// (`gpu-health-claim:<ms>,gpu-health-drained:<ms>`), so that the time
+/// window still counts that drain while the claim stands.
+pub fn claim_comment(stamp_ms: u64, kept: Option<u64>) -> String {
+    match kept {
+        Some(d) => format!("{CLAIM_PREFIX}{stamp_ms},{DRAINED_PREFIX}{d}"),
+        None => format!("{CLAIM_PREFIX}{stamp_ms}"),
+    }
+}
+
+/// The Comment once a claim is withdrawn: the node's own drain stamp
+/// back, or nothing.
+pub fn withdrawn_comment(kept: Option<u64>) -> String {
+    kept.map(|d| format!("{DRAINED_PREFIX}{d}"))
+        .unwrap_or_default()
+}
+
 /// What Slurm does with a node after the reboot gpu-health asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AfterReboot {
@@ -157,23 +175,28 @@ impl<'a> Scontrol<'a> {
     /// node that drains through the brake claims first, so racing nodes
     /// see each other before any of them drains.
     /// `reserve` of the budget is left for the calls after it.
+    /// `kept`: the node's own drain stamp, kept in the Comment
+    /// ([`claim_comment`]).
     pub fn claim(
         &self,
         node: &NodeName,
         stamp_ms: u64,
+        kept: Option<u64>,
         reserve: Duration,
     ) -> Result<(), SlurmError> {
         let args = [
             "update",
             &format!("NodeName={node}"),
-            &format!("Comment={CLAIM_PREFIX}{stamp_ms}"),
+            &format!("Comment={}", claim_comment(stamp_ms, kept)),
         ];
         self.run_leaving(&args, reserve).map(drop)
     }
 
-    /// Withdraw this node's claim (an empty Comment).
-    pub fn release_claim(&self, node: &NodeName) -> Result<(), SlurmError> {
-        self.run(&["update", &format!("NodeName={node}"), "Comment="])
+    /// Withdraw this node's claim: the Comment holds the node's own drain
+    /// stamp `kept` again, or nothing.
+    pub fn release_claim(&self, node: &NodeName, kept: Option<u64>) -> Result<(), SlurmError> {
+        let comment = format!("Comment={}", withdrawn_comment(kept));
+        self.run(&["update", &format!("NodeName={node}"), &comment])
             .map(drop)
     }
 

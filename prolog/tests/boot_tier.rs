@@ -151,3 +151,34 @@ fn a_job_whose_prolog_is_the_first_run_of_the_boot_stays_off_the_node() {
     assert_eq!(c.reason("n1").as_deref(), Some(DUE), "{}", r.log);
     assert_eq!(gate_runs(&n), 0, "never on a job's start path");
 }
+
+/// Issue 35, item 10: a boot id file any user can write is not read.
+/// Before, a user who wrote a new id into it drained a healthy node with
+/// `after_any_boot` (and could have made a pending reboot look taken).
+#[test]
+fn a_boot_id_users_can_write_is_not_read_and_drains_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    let (n, c) = node("nccl/h100x8-good.txt", true);
+    let r = health_check(&n);
+    assert_eq!(c.reason("n1"), None, "{}", r.log);
+    std::fs::set_permissions(n.path("boot_id"), std::fs::Permissions::from_mode(0o666)).unwrap();
+    boot(&n, "written-by-a-user");
+    let r = health_check(&n);
+    assert_eq!(
+        c.reason("n1"),
+        None,
+        "a user's boot id drains nothing\n{}",
+        r.log
+    );
+    assert_eq!(c.drains(), 0, "{}", r.log);
+    assert!(
+        r.log.contains("can be written by every user (mode o+w)"),
+        "said loudly: {}",
+        r.log
+    );
+    // Root's file again, same boot as first seen: still nothing.
+    std::fs::set_permissions(n.path("boot_id"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    boot(&n, "boot-1");
+    let r = health_check(&n);
+    assert_eq!(c.reason("n1"), None, "{}", r.log);
+}

@@ -243,6 +243,48 @@ fn concurrent_prologs_drain_once_and_start_no_job() {
     assert!(comment.starts_with("gpu-health-drained:"), "{comment}");
 }
 
+/// Issue 35, item 5: the same storm with a state directory the runs may
+/// not use (writable by others; an NFS export with root_squash, owned by
+/// another uid, is the same to them). There was no run lock then: the
+/// eight prologs claimed at once, overwrote each other's claim, held back
+/// and started their jobs on the faulty GPU. They take turns under the
+/// lock in `run_lock_dir` now.
+#[test]
+fn concurrent_prologs_with_an_unusable_state_dir_still_take_turns() {
+    use std::os::unix::fs::PermissionsExt;
+    let (n, c) = cluster_node("h100x8-healthy", &[], "");
+    std::fs::create_dir(n.path("state")).unwrap();
+    std::fs::set_permissions(n.path("state"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    append(
+        &n,
+        &xid_line(
+            9000,
+            "0000:5d:00",
+            79,
+            2210,
+            "python3",
+            "GPU has fallen off the bus.",
+        ),
+    );
+    let children: Vec<_> = (0..8)
+        .map(|i| {
+            let mut cmd = n.command(&format!("3{i}"), &i.to_string());
+            cmd.stderr(std::process::Stdio::null());
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    let codes: Vec<i32> = children
+        .into_iter()
+        .map(|mut ch| ch.wait().unwrap().code().unwrap_or(-1))
+        .collect();
+    assert_eq!(codes, vec![1; 8], "no job starts on the faulty node");
+    assert_eq!(c.reason("n1").as_deref(), Some(XID79_REASON));
+    assert_eq!(c.drains(), 1, "{:?}", c.calls());
+    let comment = c.comment("n1").unwrap_or_default();
+    assert!(comment.starts_with("gpu-health-drained:"), "{comment}");
+    assert!(n.path("run/run.lock").is_file(), "the lock outside it");
+}
+
 #[test]
 fn a_hundred_concurrent_health_checks_drain() {
     let (n, c) = cluster_node("h100x8-healthy", &[], "scontrol_timeout_ms = 20000");
@@ -349,4 +391,54 @@ fn an_unreadable_ledger_is_set_aside_and_the_kernel_log_read_again() {
     assert!(n.path("state/ledger.unreadable.json").is_file());
     assert_eq!(r.code, 1, "the Xid 79 is found again: {}", r.log);
     assert_eq!(c.reason("n1").as_deref(), Some(XID79_REASON));
+}
+
+/// Issue 35, item 6: n1 was drained by gpu-health through the brake and
+/// returned by an admin; its Comment keeps that drain's stamp, which the
+/// brake's window counts. A new fault the share holds back (n2 is
+/// drained now) must neither erase the stamp with its claim nor blank it
+/// with the withdrawal: before, the Comment ended empty and the window
+/// forgot the drain, letting one node more drain than allowed.
+#[test]
+fn a_claim_keeps_the_nodes_own_drain_stamp_and_its_withdrawal_restores_it() {
+    let (n, c) = cluster_node("h100x8-healthy", &[], "");
+    assert_eq!(n.prolog("1", "0").code, 0);
+    let fault = |t| {
+        xid_line(
+            t,
+            "0000:5d:00",
+            79,
+            2210,
+            "python3",
+            "GPU has fallen off the bus.",
+        )
+    };
+    append(&n, &fault(9000));
+    let r = n.prolog("2", "3");
+    assert_eq!(c.reason("n1").as_deref(), Some(XID79_REASON), "{}", r.log);
+    let stamp = c.comment("n1").unwrap_or_default();
+    assert!(stamp.starts_with("gpu-health-drained:"), "{stamp}");
+    c.resume("n1");
+    let r = n.prolog("3", "0");
+    assert_eq!(r.code, 0, "returned by the admin: {}", r.log);
+    c.drain("n2", OTHER_NODES_DRAIN);
+    append(&n, &fault(9100));
+    let r = n.prolog("4", "3");
+    assert!(
+        r.log.contains("drain brake: 1 of 4"),
+        "held back: {}",
+        r.log
+    );
+    assert_eq!(c.reason("n1"), None, "{}", r.log);
+    assert_eq!(c.comment("n1"), Some(stamp.clone()), "{}", r.log);
+    let claims: Vec<String> = c
+        .calls()
+        .into_iter()
+        .filter(|l| l.contains("gpu-health-claim:"))
+        .collect();
+    assert_eq!(claims.len(), 2, "{claims:?}");
+    assert!(
+        claims[1].ends_with(&format!(",{stamp}")),
+        "the claim keeps the stamp: {claims:?}"
+    );
 }

@@ -112,11 +112,12 @@ impl SimNode {
     /// an scontrol that does not exist (no slurmctld in these tests).
     pub fn base_config(&self) -> String {
         format!(
-            "nvml_library = {:?}\nkernel_log = {:?}\nstate_dir = {:?}\nlog_file = {:?}\n\
-             scontrol = \"/nonexistent/scontrol\"\nnvml_deadline_ms = 1500\n",
+            "nvml_library = {:?}\nkernel_log = {:?}\nstate_dir = {:?}\nrun_lock_dir = {:?}\n\
+             log_file = {:?}\nscontrol = \"/nonexistent/scontrol\"\nnvml_deadline_ms = 1500\n",
             self.path("lib/libnvidia-ml.so.1"),
             self.path("kernel.log"),
             self.path("state"),
+            self.path("run"),
             self.path("gpu-health.log"),
         )
     }

@@ -26,6 +26,9 @@ pub struct Problem {
     /// In `[power]`, which only `gpu-health report --power` reads: the
     /// Prolog, Epilog, health check and plugin are not affected.
     pub report_only: bool,
+    /// A path users may write, which the runs do not read (the rest of
+    /// the configuration is in force).
+    pub not_read: bool,
 }
 
 impl fmt::Display for Problem {
@@ -41,6 +44,9 @@ impl fmt::Display for Problem {
                 f,
                 " (report-only: only `gpu-health report --power` is affected)"
             )?;
+        }
+        if self.not_read {
+            write!(f, " (the runs do not read it)")?;
         }
         Ok(())
     }
@@ -64,7 +70,7 @@ pub struct CheckedConfig {
 impl CheckedConfig {
     /// Whether a problem makes the runs fall back (drain nothing).
     pub fn runs_affected(&self) -> bool {
-        self.problems.iter().any(|p| !p.report_only)
+        self.problems.iter().any(|p| !p.report_only && !p.not_read)
     }
 }
 
@@ -74,6 +80,7 @@ fn problem(path: &Path, place: Option<Place>, message: String) -> Problem {
         place,
         message,
         report_only: false,
+        not_read: false,
     }
 }
 
@@ -156,6 +163,7 @@ pub fn check_config(path: &Path, must_exist: bool, node: Option<&NodeName>) -> C
         Ok((mut config, _)) => {
             out.problems.extend(rule_problems(&config, files));
             out.problems.extend(power_problems(&config, files));
+            out.problems.extend(untrusted_paths(&config, files));
             if shape_ok && !out.runs_affected() {
                 if let Some(n) = node {
                     config.expand_node(n);
@@ -289,6 +297,32 @@ fn rule_problems(config: &Config, files: Files<'_>) -> Vec<Problem> {
         .collect()
 }
 
+/// Paths whose content decides drains and returns, which users other
+/// than root must not be able to write: `xid.boot_id_path` (a boot id a
+/// user sets fakes a reboot). Such a file is an error here and is not
+/// read by the runs.
+fn untrusted_paths(config: &Config, files: Files<'_>) -> Vec<Problem> {
+    let path = &config.xid.boot_id_path;
+    let Some(who) = std::fs::metadata(path)
+        .ok()
+        .and_then(|m| crate::xid::boot_id_writers(&m))
+    else {
+        return Vec::new();
+    };
+    let (file, place) = locate(files, "xid.boot_id_path");
+    let mut p = problem(
+        &file,
+        place,
+        format!(
+            "xid.boot_id_path = {:?} can be written by {who}: a user could fake a reboot \
+             (and with acceptance.after_any_boot drain the node); give it to root, mode 0644 or stricter",
+            path.display().to_string()
+        ),
+    );
+    p.not_read = true;
+    vec![p]
+}
+
 /// `[power]` as the power report reads it.
 fn power_problems(config: &Config, files: Files<'_>) -> Vec<Problem> {
     let Err(e) = config.power.racks() else {
@@ -351,6 +385,40 @@ mod tests {
         }
         std::fs::write(&p, text).unwrap();
         p
+    }
+
+    /// Issue 35, item 10: a boot id file users may write is an error at
+    /// `xid.boot_id_path`'s line; the rest of the configuration stands.
+    #[test]
+    fn a_boot_id_path_users_can_write_is_an_error() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let boot = write(d.path(), "boot_id", "b1\n");
+        let main = write(
+            d.path(),
+            "gpu-health.toml",
+            &format!("state_dir = \"/x\"\n[xid]\nboot_id_path = {boot:?}\n"),
+        );
+        let c = check_config(&main, true, None);
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+        std::fs::set_permissions(&boot, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let c = check_config(&main, true, None);
+        let shown: Vec<String> = c.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(shown.len(), 1, "{shown:#?}");
+        assert!(
+            shown[0].contains(":3:1: [xid]: xid.boot_id_path = ")
+                && shown[0].contains("can be written by every user (mode o+w)")
+                && shown[0].ends_with("(the runs do not read it)"),
+            "{shown:#?}"
+        );
+        assert!(!c.runs_affected() && c.config.is_some());
+        std::fs::set_permissions(&boot, std::fs::Permissions::from_mode(0o620)).unwrap();
+        let c = check_config(&main, true, None);
+        assert!(
+            c.problems[0].message.contains("(mode g+w)"),
+            "{:?}",
+            c.problems
+        );
     }
 
     #[test]

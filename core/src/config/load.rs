@@ -302,6 +302,7 @@ impl Config {
             }
         };
         expand(&mut self.state_dir);
+        expand(&mut self.run_lock_dir);
         expand(&mut self.kernel_log);
         for p in [
             &mut self.records_dir,

@@ -67,6 +67,10 @@ pub struct Config {
     pub kernel_log: PathBuf,
     /// Root-owned directory for cursors, job verdicts, job start snapshots.
     pub state_dir: PathBuf,
+    /// Root-owned directory of the run lock when `state_dir` cannot be
+    /// used (another owner, writable by others, read-only, full): the
+    /// node's runs still take turns.
+    pub run_lock_dir: PathBuf,
     /// Where job records go; `None` = `<state_dir>/records`.
     pub records_dir: Option<PathBuf>,
     /// node_exporter textfile with the latest jobs' figures, if wanted.
@@ -148,6 +152,7 @@ impl Default for Config {
             nvml_deadline_ms: 10_000,
             kernel_log: PathBuf::from("/dev/kmsg"),
             state_dir: PathBuf::from("/var/lib/gpu-health"),
+            run_lock_dir: PathBuf::from("/run/gpu-health"),
             records_dir: None,
             prometheus_textfile: None,
             expected_gpus: None,

@@ -99,7 +99,9 @@ pub fn rank(cfg: &BrakeConfig, nodes: &[NodeInfo], node: &str, my_stamp_ms: u64)
             total,
             held: drains.len(),
             claims_before: claims.len(),
-            recent: brake_window::recent(cfg, &scope, node, my_stamp_ms),
+            // A node both drained in the window and claiming again is one
+            // node of the window, counted with the claims.
+            recent: brake_window::recent(cfg, &scope, node, my_stamp_ms, &claims),
         };
         return match brake_window::hold(cfg, &counted) {
             None => BrakeVerdict::Drain,
@@ -332,6 +334,44 @@ mod tests {
             rank(&cfg(0.25), &nodes, "n3", now),
             BrakeVerdict::Hold(_)
         ));
+    }
+
+    /// Issue 35, item 6: a node drained within the window that claims
+    /// again keeps its stamp beside the claim; the window counts it once.
+    #[test]
+    fn a_node_drained_in_the_window_and_claiming_again_counts_once() {
+        let now = 10 * 60_000;
+        let nodes = cluster(&[
+            format!(
+                "{} Comment=gpu-health-claim:{},gpu-health-drained:{}",
+                line("n1", "IDLE", "main", None),
+                now - 1,
+                now - 60_000
+            ),
+            line("n2", "IDLE", "main", None),
+            claimed("n3", "main", now),
+            line("n4", "IDLE", "main", None),
+        ]);
+        // 2 drains in the window of 4 nodes: n1 (once) and n3.
+        let window = BrakeConfig {
+            max_window_fraction: 0.5,
+            ..cfg(1.0)
+        };
+        assert_eq!(rank(&window, &nodes, "n3", now), BrakeVerdict::Drain);
+        // 1 in the window: n1's earlier drain holds n3 back.
+        let one = BrakeConfig {
+            max_window_fraction: 0.25,
+            ..cfg(1.0)
+        };
+        let BrakeVerdict::Hold(why) = rank(&one, &nodes, "n3", now) else {
+            panic!("the window must hold");
+        };
+        assert!(why.contains("0 of 4") && why.contains("1 claimed"), "{why}");
+        // n2, looking before n1's claim is made: n1's stamp still counts.
+        let BrakeVerdict::Hold(why) = rank(&one, &nodes, "n2", now - 2) else {
+            panic!("the window must hold");
+        };
+        assert!(why.contains("1 of 4") && why.contains("0 claimed"), "{why}");
     }
 
     #[test]

@@ -35,12 +35,18 @@ pub fn is_recent(cfg: &BrakeConfig, drained_ms: u64, now_ms: u64) -> bool {
     drained_ms >= now_ms.saturating_sub(cfg.window_ms())
 }
 
-/// Nodes of `scope` other than `node` drained by gpu-health within the
-/// window before `now_ms`.
-pub fn recent(cfg: &BrakeConfig, scope: &[&NodeInfo], node: &str, now_ms: u64) -> usize {
+/// Nodes of `scope` other than `node` and those of `claimed` (counted
+/// as claims) drained by gpu-health within the window before `now_ms`.
+pub fn recent(
+    cfg: &BrakeConfig,
+    scope: &[&NodeInfo],
+    node: &str,
+    now_ms: u64,
+    claimed: &[&str],
+) -> usize {
     scope
         .iter()
-        .filter(|n| n.name != node)
+        .filter(|n| n.name != node && !claimed.contains(&n.name.as_str()))
         .filter(|n| n.drained_ms.is_some_and(|t| is_recent(cfg, t, now_ms)))
         .count()
 }
@@ -157,11 +163,19 @@ mod tests {
             "NodeName=c State=IDLE Comment=gpu-health-drained:junk",
             "NodeName=d State=IDLE Comment=gpu-health-claim:599999",
             "NodeName=me State=IDLE Comment=gpu-health-drained:599999",
+            // Drained in the window, claiming again: its stamp stays.
+            "NodeName=e State=IDLE Comment=gpu-health-claim:599000,gpu-health-drained:599999",
         ]
         .iter()
         .filter_map(|l| NodeInfo::parse(l))
         .collect();
         let scope: Vec<&NodeInfo> = nodes.iter().collect();
-        assert_eq!(recent(&c, &scope, "me", now), 2, "a and c, not b, d or me");
+        assert_eq!(
+            recent(&c, &scope, "me", now, &["d"]),
+            3,
+            "a, c and e, not b, d or me"
+        );
+        // e counted among the claims before this node: not twice.
+        assert_eq!(recent(&c, &scope, "me", now, &["d", "e"]), 2);
     }
 }

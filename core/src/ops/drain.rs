@@ -61,8 +61,17 @@ pub trait SlurmCalls {
     /// Ask Slurm to reboot the node as soon as it is idle, and what to
     /// do with it after (`scontrol reboot ASAP [nextstate=RESUME]`).
     fn reboot(&self, node: &NodeName, reason: &str, after: AfterReboot) -> Result<(), SlurmError>;
-    fn claim(&self, node: &NodeName, stamp_ms: u64, reserve: Duration) -> Result<(), SlurmError>;
-    fn release_claim(&self, node: &NodeName) -> Result<(), SlurmError>;
+    /// The brake's claim; `kept`: the node's own drain stamp, which the
+    /// claim's Comment keeps (`slurm::claim_comment`).
+    fn claim(
+        &self,
+        node: &NodeName,
+        stamp_ms: u64,
+        kept: Option<u64>,
+        reserve: Duration,
+    ) -> Result<(), SlurmError>;
+    /// Withdraw the claim, putting the node's own drain stamp `kept` back.
+    fn release_claim(&self, node: &NodeName, kept: Option<u64>) -> Result<(), SlurmError>;
     fn resume(&self, node: &NodeName) -> Result<(), SlurmError>;
     /// The node table (one node's line with `Some`), leaving `reserve` of
     /// the budget.
@@ -104,11 +113,17 @@ impl SlurmCalls for Scontrol<'_> {
     fn reboot(&self, node: &NodeName, reason: &str, after: AfterReboot) -> Result<(), SlurmError> {
         Scontrol::reboot(self, node, reason, after)
     }
-    fn claim(&self, node: &NodeName, stamp_ms: u64, reserve: Duration) -> Result<(), SlurmError> {
-        Scontrol::claim(self, node, stamp_ms, reserve)
+    fn claim(
+        &self,
+        node: &NodeName,
+        stamp_ms: u64,
+        kept: Option<u64>,
+        reserve: Duration,
+    ) -> Result<(), SlurmError> {
+        Scontrol::claim(self, node, stamp_ms, kept, reserve)
     }
-    fn release_claim(&self, node: &NodeName) -> Result<(), SlurmError> {
-        Scontrol::release_claim(self, node)
+    fn release_claim(&self, node: &NodeName, kept: Option<u64>) -> Result<(), SlurmError> {
+        Scontrol::release_claim(self, node, kept)
     }
     fn resume(&self, node: &NodeName) -> Result<(), SlurmError> {
         Scontrol::resume(self, node)
@@ -131,6 +146,35 @@ pub struct Drainer<'a> {
     /// that the run's record knows of a claim a kill could leave behind;
     /// an error stops the claim (held back).
     pub before_claim: &'a dyn Fn(u64) -> Result<(), String>,
+    /// The node's own drain stamp (`gpu-health-drained:<ms>` in its
+    /// Comment) as the look before the claim found it: the claim keeps
+    /// it and its withdrawal puts it back, so that the brake's time window
+    /// never forgets that drain.
+    pub kept: std::cell::Cell<Option<u64>>,
+    /// The drain stamp this drainer wrote into the node's Comment, if it
+    /// drained through the brake: the caller keeps it for the next claim.
+    pub stamped: std::cell::Cell<Option<u64>>,
+}
+
+/// The stamp of gpu-health's latest drain of the node through the brake,
+/// as written into its Comment (`StateFile::DrainStamp`): a healthy node
+/// keeps no ledger, yet the claim of its next drain must keep this stamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DrainStamp {
+    pub ms: u64,
+}
+
+impl crate::state::StateValue for DrainStamp {
+    type Key = ();
+    fn file((): ()) -> crate::state::StateFile {
+        crate::state::StateFile::DrainStamp
+    }
+}
+
+/// The node's own drain stamp in its Comment; one that is not a number
+/// (read as `u64::MAX`) is no drain of ours.
+pub fn own_stamp(n: &NodeInfo) -> Option<u64> {
+    n.drained_ms.filter(|&ms| ms != u64::MAX)
 }
 
 /// Left of the budget after the wait, for the look at the node table and
@@ -153,12 +197,19 @@ impl Drainer<'_> {
 
     /// Drain `node`, which gpu-health has not drained (or found back in
     /// service), with `reason`: through the brake's claim, or with one
-    /// look and a drain when the brake is off. `look_first`: an earlier
-    /// run found the node drained by someone else, whose Comment a claim
-    /// would replace: look before claiming.
+    /// look and a drain when the brake is off. `look_first`: the run does
+    /// not know the node's Comment (an earlier run found it drained by
+    /// someone else, whose Comment a claim would replace, or the state
+    /// directory cannot keep the node's own drain stamp): look before
+    /// claiming, and keep the drain stamp the look finds.
     pub fn drain_new(&self, node: &NodeName, reason: &str, look_first: bool) -> DrainOutcome {
         if !self.brake.enabled || look_first {
-            let current = match self.look(node) {
+            let looked = self.slurm.show_nodes_leaving(Some(node), Duration::ZERO);
+            if let Ok(nodes) = &looked {
+                let mine = nodes.iter().find(|n| n.name == node.as_str());
+                self.kept.set(mine.and_then(own_stamp));
+            }
+            let current = match looked.map(|n| standing(&n, node)) {
                 Ok(s) => s,
                 Err(e) if self.brake.enabled => {
                     return failed(format!(
@@ -223,7 +274,7 @@ impl Drainer<'_> {
         })?;
         let started = Instant::now();
         self.slurm
-            .claim(node, stamp, AFTER_LOOK_RESERVE)
+            .claim(node, stamp, self.kept.get(), AFTER_LOOK_RESERVE)
             .map_err(|e| {
                 Hold::Slurm(format!(
                     "drain brake: cannot claim a drain ({e}); not draining (fail safe)"
@@ -306,6 +357,9 @@ impl Drainer<'_> {
         let stamp = clear_claim.then(|| self.slurm.now_ms());
         match self.slurm.drain(node, reason, stamp) {
             Ok(()) => {
+                if stamp.is_some() {
+                    self.stamped.set(stamp);
+                }
                 log::error!("drained {node}: {reason}");
                 DrainOutcome::Drained
             }
@@ -321,7 +375,7 @@ impl Drainer<'_> {
     /// Take this node's claim back (best effort: a claim left behind is
     /// void after `brake::claim_lifetime_ms`).
     pub fn withdraw(&self, node: &NodeName) {
-        if let Err(e) = self.slurm.release_claim(node) {
+        if let Err(e) = self.slurm.release_claim(node, self.kept.get()) {
             log::warn!(
                 "drain brake: cannot withdraw the claim of {node} (void in {} s): {e}",
                 brake::claim_lifetime_ms(self.brake) / 1000

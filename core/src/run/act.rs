@@ -15,7 +15,7 @@ use crate::ids::NodeName;
 use crate::ledger::{
     lifecycle, store, FaultId, Ledger, NodeState, PendingCause, Plan, Recorded, RunView,
 };
-use crate::ops::drain::{DrainOutcome, Drainer, SlurmCalls, Standing};
+use crate::ops::drain::{DrainOutcome, DrainStamp, Drainer, SlurmCalls, Standing};
 use crate::slurm::{AfterReboot, Scontrol};
 use crate::state::{RunLock, StateError};
 
@@ -45,7 +45,10 @@ impl<'a> Turn<'a> {
     pub fn take(ctx: &'a RunContext) -> Result<Turn<'a>, Busy> {
         let budget = Duration::from_millis(ctx.config().scontrol_timeout_ms);
         let t0 = Instant::now();
-        let lock = ctx.state.lock_run(budget).map_err(Busy)?;
+        let lock = ctx
+            .state
+            .lock_run(budget, &ctx.config().run_lock_dir)
+            .map_err(Busy)?;
         let loaded = store::load(&ctx.state, &ctx.node);
         Ok(Turn {
             ctx,
@@ -394,6 +397,8 @@ fn drainer_look(turn: &Turn<'_>) -> Result<Standing, crate::slurm::SlurmError> {
         brake: &turn.ctx.config().brake,
         slurm: turn.slurm(),
         before_claim: &noop,
+        kept: Default::default(),
+        stamped: Default::default(),
     };
     d.look(&turn.ctx.node)
 }
@@ -427,12 +432,21 @@ fn with_drainer(turn: &mut Turn<'_>, f: impl FnOnce(&Drainer<'_>) -> DrainOutcom
         }
         Ok(())
     };
+    // The node's own drain stamp, which its claim keeps in the Comment.
+    let kept = state.load::<DrainStamp>(()).ok().flatten().map(|s| s.ms);
     let d = Drainer {
         brake: &turn.ctx.config().brake,
         slurm: turn.slurm(),
         before_claim: &record_claim,
+        kept: kept.into(),
+        stamped: Default::default(),
     };
     let outcome = f(&d);
+    if let Some(ms) = d.stamped.get() {
+        if let Err(e) = state.save((), &DrainStamp { ms }) {
+            log::warn!("cannot keep the drain's stamp ({e}): the next claim may not carry it");
+        }
+    }
     // Whatever was saved before the claim is not what the file holds now.
     turn.loaded.forget_original();
     outcome
@@ -446,7 +460,10 @@ fn withdraw_left_claim(turn: &mut Turn<'_>) {
     };
     let node = &turn.ctx.node;
     match turn.slurm().show_node(node) {
-        Ok(Some(me)) if me.claim_ms == Some(stamp) => match turn.slurm().release_claim(node) {
+        Ok(Some(me)) if me.claim_ms == Some(stamp) => match turn
+            .slurm()
+            .release_claim(node, crate::ops::drain::own_stamp(&me))
+        {
             Ok(()) => log::info!("withdrew a drain-brake claim an interrupted run left on {node}"),
             Err(e) => {
                 log::warn!("cannot withdraw the claim an interrupted run left on {node}: {e}")

@@ -127,10 +127,20 @@ impl RunContext {
     /// This boot's id (`xid.boot_id_path`), read at most once a run so
     /// that the PCI bus answer, the NVLink history and the fault ledger's
     /// reboots hold the same one (the `/dev/kmsg` reader reads it for its
-    /// cursor itself); empty when it cannot be read.
+    /// cursor itself); empty, and logged, when it cannot be read or users
+    /// other than root may write it.
     pub fn boot_id(&self) -> &str {
         self.boot_id
-            .get_or_init(|| crate::xid::read_boot_id(&self.config().xid).unwrap_or_default())
+            .get_or_init(|| match crate::xid::read_boot_id(&self.config().xid) {
+                Ok(id) => id,
+                Err(e) => {
+                    log::error!(
+                        "cannot read the boot id {}: {e}; reboots cannot be told apart (nothing is drained for that)",
+                        self.config().xid.boot_id_path.display()
+                    );
+                    String::new()
+                }
+            })
     }
 
     /// The run's clock for the ledger: the wall time and the boot clock

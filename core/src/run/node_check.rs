@@ -119,6 +119,15 @@ impl NodeCheck {
             .map_or(&[], |s| s.new.events.as_slice())
     }
 
+    /// Where this run's read of the kernel log started: the saved
+    /// cursor's [`Cursor::identity`], 0 for the look-back.
+    pub fn xid_read_from(&self) -> u64 {
+        self.evidence
+            .get::<Scanned>()
+            .and_then(|s| s.from.cursor.as_ref())
+            .map_or(0, Cursor::identity)
+    }
+
     /// Where the kernel log was read up to (the job's start keeps it).
     pub fn kernel_log_cursor(&self) -> Option<Cursor> {
         let scanned = self.evidence.get::<Scanned>()?;
@@ -182,6 +191,7 @@ pub fn count_in_metrics(
             snapshot: &check.snapshot,
             findings: &check.findings,
             xid_events: check.xid_events(),
+            xid_read_from: check.xid_read_from(),
             boot_id: ctx.boot_id(),
         },
     );

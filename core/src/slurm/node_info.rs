@@ -50,8 +50,15 @@ impl NodeInfo {
                 "State" if state.is_none() => state = Some(value),
                 "Partitions" if partitions.is_none() => partitions = Some(value),
                 "Comment" if claim.is_none() && drained.is_none() => {
-                    claim = value.strip_prefix(CLAIM_PREFIX);
-                    drained = value.strip_prefix(DRAINED_PREFIX);
+                    // A claim may keep the node's drain stamp after it
+                    // (`slurm::claim_comment`).
+                    let mut parts = value.splitn(3, ',');
+                    let first = parts.next().unwrap_or_default();
+                    claim = first.strip_prefix(CLAIM_PREFIX);
+                    drained = first.strip_prefix(DRAINED_PREFIX);
+                    if claim.is_some() {
+                        drained = parts.next().and_then(|p| p.strip_prefix(DRAINED_PREFIX));
+                    }
                 }
                 _ => {}
             }
@@ -251,6 +258,23 @@ mod tests {
         let garbled =
             NodeInfo::parse("NodeName=n8 State=IDLE Comment=gpu-health-claim:12x").unwrap();
         assert_eq!(garbled.claim_ms, None);
+        // A claim that keeps the node's own drain stamp: both read.
+        let kept = NodeInfo::parse(
+            "NodeName=n9 State=IDLE Comment=gpu-health-claim:20,gpu-health-drained:10",
+        )
+        .unwrap();
+        assert_eq!((kept.claim_ms, kept.drained_ms), (Some(20), Some(10)));
+        let c = crate::slurm::claim_comment(20, Some(10));
+        assert_eq!(c, "gpu-health-claim:20,gpu-health-drained:10");
+        assert_eq!(
+            crate::slurm::withdrawn_comment(Some(10)),
+            "gpu-health-drained:10"
+        );
+        assert_eq!(crate::slurm::withdrawn_comment(None), "");
+        // Only a claim keeps a stamp after it.
+        let odd =
+            NodeInfo::parse("NodeName=n9 State=IDLE Comment=RMA,gpu-health-drained:10").unwrap();
+        assert_eq!((odd.claim_ms, odd.drained_ms), (None, None));
     }
 
     #[test]

@@ -91,6 +91,10 @@ pub enum StateFile {
     LegacyReturnHistory,
     /// The latest job records, for the Prometheus textfile.
     RecentJobs,
+    /// When gpu-health last drained the node through the brake (the
+    /// stamp in its Comment), for the next claim to keep
+    /// (`ops::drain::DrainStamp`).
+    DrainStamp,
     /// The node's health for the Prometheus textfile: the latest check,
     /// the GPUs, the live power, the Xid events of this boot
     /// (`records::metrics`).
@@ -135,6 +139,7 @@ impl StateFile {
             StateFile::LegacyPendingDrain => "pending-drain.json".into(),
             StateFile::LegacyReturnHistory => "returns.json".into(),
             StateFile::RecentJobs => "recent-jobs.json".into(),
+            StateFile::DrainStamp => "drain-stamp.json".into(),
             StateFile::HealthMetrics => "health-metrics.json".into(),
             StateFile::JobVerdict(job) => format!("{job}.json"),
             StateFile::JobStart(job) => format!("{job}{START_SUFFIX}"),

@@ -244,10 +244,37 @@ impl StateDir {
     /// Take this node's turn: the lock that makes the runs of one node
     /// (prolog, epilog, health check, resume) decide, act and commit one
     /// after the other. Waits at most `wait`; held until the returned
-    /// guard is dropped. `Ok(None)` when the directory is unusable: such a
-    /// run keeps no state, so it has nothing to take turns over.
-    pub fn lock_run(&self, wait: Duration) -> Result<Option<RunLock>, StateError> {
-        self.lock_file(StateFile::RunLock, wait)
+    /// guard is dropped. When the directory is unusable the lock is
+    /// `run.lock` in `fallback` (`run_lock_dir`, created 0700 and checked
+    /// as the state directory): such runs keep no state, but each still
+    /// claims and drains in Slurm, and runs at once would race there.
+    /// `Ok(None)` only when neither can be used (logged: the run goes on
+    /// without its turn rather than hold a job start).
+    pub fn lock_run(&self, wait: Duration, fallback: &Path) -> Result<Option<RunLock>, StateError> {
+        if self.dir.is_ok() {
+            match self.lock_file(StateFile::RunLock, wait) {
+                // Read-only, full: the lock file cannot be made there.
+                Err(StateError::Io { path, source }) => log::warn!(
+                    "cannot open the run lock {}: {source}; taking the one in {}",
+                    path.display(),
+                    fallback.display()
+                ),
+                other => return other,
+            }
+        }
+        let dir = match PrivateDir::open(fallback, true) {
+            Ok(d) => d,
+            Err(e) => {
+                log::error!(
+                    "no run lock: the state directory {} is unusable and so is run_lock_dir ({e}); \
+                     runs of this node do not take turns",
+                    self.root.display()
+                );
+                return Ok(None);
+            }
+        };
+        dir.lock_file(&StateFile::RunLock.name(), FILE_MODE, wait)
+            .map(|f| Some(RunLock { _held: f }))
     }
 
     /// Take the lock `file` (a lock file of the state directory), waiting

@@ -36,6 +36,9 @@ fn mode(p: &Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777
 }
 
+/// A run lock directory no test may reach.
+const NO_FALLBACK: &str = "/nonexistent/gpu-health-run";
+
 fn state() -> (tempfile::TempDir, StateDir) {
     let d = tempfile::tempdir().unwrap();
     let s = StateDir::open(&d.path().join("state"));
@@ -175,7 +178,11 @@ fn an_unsafe_directory_is_neither_read_nor_written() {
         s.rename(StateFile::Ledger, StateFile::LedgerUnreadable),
         Err(StateError::Unusable { .. })
     ));
-    assert!(s.lock_run(Duration::ZERO).unwrap().is_none());
+    // The run lock is taken outside it (issue 35, item 5).
+    let held = s.lock_run(Duration::ZERO, &d.path().join("run")).unwrap();
+    assert!(held.is_some());
+    assert!(!root.join("run.lock").exists());
+    assert!(d.path().join("run/run.lock").is_file());
     assert!(root.join("ledger.json").exists());
     assert!(!root.join("ecc-history.json").exists());
 }
@@ -320,10 +327,13 @@ fn records_append_whole_lines() {
 #[test]
 fn the_run_lock_makes_runs_take_turns_with_a_bounded_wait() {
     let (_d, s) = state();
-    let held = s.lock_run(Duration::ZERO).unwrap().unwrap();
+    let held = s
+        .lock_run(Duration::ZERO, Path::new(NO_FALLBACK))
+        .unwrap()
+        .unwrap();
     let t0 = Instant::now();
     assert!(matches!(
-        s.lock_run(Duration::from_millis(100)),
+        s.lock_run(Duration::from_millis(100), Path::new(NO_FALLBACK)),
         Err(StateError::Busy { .. })
     ));
     let waited = t0.elapsed();
@@ -332,19 +342,60 @@ fn the_run_lock_makes_runs_take_turns_with_a_bounded_wait() {
     // directory's own lock, and keeps its turn after.
     s.update((), |_: Option<Probe>| (Some(Probe(vec![1])), ()))
         .unwrap();
-    assert!(s.lock_run(Duration::ZERO).is_err(), "still held");
+    assert!(
+        s.lock_run(Duration::ZERO, Path::new(NO_FALLBACK)).is_err(),
+        "still held"
+    );
     drop(held);
     // A bounded wait: a program another test spawns at this moment holds
     // a copy of the lock's descriptor until its exec closes it.
-    assert!(s.lock_run(Duration::from_secs(2)).unwrap().is_some());
+    assert!(s
+        .lock_run(Duration::from_secs(2), Path::new(NO_FALLBACK))
+        .unwrap()
+        .is_some());
     // The lock file is a regular file of ours, never a planted link.
     let lock = s.path_of(StateFile::RunLock);
     std::fs::remove_file(&lock).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", &lock).unwrap();
     assert!(matches!(
-        s.lock_run(Duration::ZERO),
+        s.lock_run(Duration::ZERO, Path::new(NO_FALLBACK)),
         Err(StateError::Unsafe { .. })
     ));
+}
+
+/// Issue 35, item 5: with the state directory unusable (here writable
+/// by others) the runs still take turns, under `run.lock` in
+/// `run_lock_dir`, with a bounded wait; that directory is checked as the
+/// state directory is.
+#[test]
+fn an_unusable_state_dir_still_has_a_run_lock_outside_it() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("state");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let s = StateDir::open(&root);
+    assert!(s.problem().is_some());
+    let run = d.path().join("run");
+    let held = s.lock_run(Duration::ZERO, &run).unwrap().unwrap();
+    let other = StateDir::open(&root);
+    let t0 = Instant::now();
+    assert!(matches!(
+        other.lock_run(Duration::from_millis(100), &run),
+        Err(StateError::Busy { .. })
+    ));
+    assert!(t0.elapsed() >= Duration::from_millis(100));
+    drop(held);
+    assert!(other
+        .lock_run(Duration::from_secs(2), &run)
+        .unwrap()
+        .is_some());
+    // A run lock directory others may write is not used either.
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(other.lock_run(Duration::ZERO, &run).unwrap().is_none());
+    // Nor one that is a symlink.
+    let link = d.path().join("link");
+    std::os::unix::fs::symlink(&run, &link).unwrap();
+    assert!(other.lock_run(Duration::ZERO, &link).unwrap().is_none());
 }
 
 #[test]

@@ -51,6 +51,15 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+impl Cursor {
+    /// What tells this cursor from another (never 0, which stands for a
+    /// read from the look-back): two reads that start at the same cursor
+    /// read the same records first.
+    pub fn identity(&self) -> u64 {
+        fnv1a(&serde_json::to_vec(self).unwrap_or_default()).max(1)
+    }
+}
+
 impl XidState {
     /// The state of a node that never scanned: no cursor, no history (the
     /// first scan judges only the look-back).

@@ -256,7 +256,9 @@ fn finish_rotated(
 
 /// Who other than root (and this process's own user) may write the log
 /// file, if anyone.
-fn others_may_write(meta: &std::fs::Metadata) -> Option<String> {
+/// Who other than root (and the user running gpu-health) may write the
+/// file of `meta`, if anyone: what such a file says, any user can say.
+pub(crate) fn others_may_write(meta: &std::fs::Metadata) -> Option<String> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
     if meta.uid() != 0 && meta.uid() != euid {

@@ -81,7 +81,7 @@ pub use kmsg::{KmsgDevice, KmsgRead, KmsgSource, MemoryRing};
 pub use log_read::{LogRead, MAX_EVENTS};
 pub use parse::{parse_line, Origin, Payload, Record};
 pub use policy::{recovery_action, Decision, Escalate, Policy};
-pub use read::{read_boot_id, read_since, read_source, LogSource, XidError};
+pub use read::{boot_id_writers, read_boot_id, read_since, read_source, LogSource, XidError};
 pub use rules::{default_escalation, escalation_table, Escalation, ESCALATIONS};
 pub use scan::{judge_new, read_new, scan, scan_source, NewRecords, ScanOutcome};
 pub use stamp::{Stamp, TimeContext};

@@ -125,13 +125,26 @@ const MAX_BOOT_ID_CHARS: usize = 64;
 /// This boot's id (`boot_id_path`), trimmed; at most a page is read and
 /// [`MAX_BOOT_ID_CHARS`] kept. The one reader of it: the kernel-log
 /// cursor, the ledger's reboots and the metrics all take it from here.
+/// A file users other than root may write is not read (an error): a
+/// boot id decides reboots and proofs, which no user may fake.
 pub fn read_boot_id(cfg: &XidConfig) -> std::io::Result<String> {
     use std::io::Read;
+    let file = std::fs::File::open(&cfg.boot_id_path)?;
+    if let Some(who) = boot_id_writers(&file.metadata()?) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("it can be written by {who}, so it is not trusted (not read)"),
+        ));
+    }
     let mut text = String::new();
-    std::fs::File::open(&cfg.boot_id_path)?
-        .take(4096)
-        .read_to_string(&mut text)?;
+    file.take(4096).read_to_string(&mut text)?;
     Ok(text.trim().chars().take(MAX_BOOT_ID_CHARS).collect())
+}
+
+/// Who other than root may write a boot id file of `meta`, if anyone
+/// (`gpu-health config check` says so too).
+pub fn boot_id_writers(meta: &std::fs::Metadata) -> Option<String> {
+    super::file::others_may_write(meta)
 }
 
 fn read_ring(

@@ -188,13 +188,23 @@ impl SlurmCalls for ModelSlurm {
             self.rebooting.lock().unwrap()[i] = true;
         })
     }
-    fn claim(&self, node: &NodeName, stamp_ms: u64, _: Duration) -> Result<(), SlurmError> {
+    fn claim(
+        &self,
+        node: &NodeName,
+        stamp_ms: u64,
+        kept: Option<u64>,
+        _: Duration,
+    ) -> Result<(), SlurmError> {
         self.update(node, |i| {
-            self.comments.lock().unwrap()[i] = Some(format!("gpu-health-claim:{stamp_ms}"));
+            self.comments.lock().unwrap()[i] =
+                Some(gpu_health_core::slurm::claim_comment(stamp_ms, kept));
         })
     }
-    fn release_claim(&self, node: &NodeName) -> Result<(), SlurmError> {
-        self.update(node, |i| self.comments.lock().unwrap()[i] = None)
+    fn release_claim(&self, node: &NodeName, kept: Option<u64>) -> Result<(), SlurmError> {
+        self.update(node, |i| {
+            let c = gpu_health_core::slurm::withdrawn_comment(kept);
+            self.comments.lock().unwrap()[i] = (!c.is_empty()).then_some(c);
+        })
     }
     fn resume(&self, node: &NodeName) -> Result<(), SlurmError> {
         self.update(node, |i| {

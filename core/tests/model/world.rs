@@ -251,7 +251,10 @@ impl World {
                 // execs, so the lock can be busy for a moment after the
                 // last run let it go.
                 let ctx = self.ctx();
-                let held = ctx.state.lock_run(Duration::from_secs(2)).unwrap();
+                let held = ctx
+                    .state
+                    .lock_run(Duration::from_secs(2), &ctx.config().run_lock_dir)
+                    .unwrap();
                 let job = 5000 + self.injected.len() as u32;
                 let r = self.prolog(job, &[0], true);
                 drop(held);

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::finding::{Action, Finding};
 use crate::snapshot::NodeSnapshot;
 use crate::state::{StateFile, StateValue};
-use crate::xid::{EventKind, XidEvent};
+use crate::xid::XidEvent;
 
 /// Version of the state file's layout.
 pub const HEALTH_METRICS_VERSION: u32 = 1;
@@ -68,76 +68,7 @@ pub struct PowerView {
     pub gpus: Vec<GpuPower>,
 }
 
-/// Where in the kernel log an event was, to count each once when a run
-/// reads it again (its cursor did not move).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", tag = "by", content = "at")]
-pub enum LogPosition {
-    Sequence(u64),
-    Monotonic(u64),
-    Time(u64),
-}
-
-impl LogPosition {
-    fn of(ev: &XidEvent) -> Option<LogPosition> {
-        ev.seq
-            .map(LogPosition::Sequence)
-            .or(ev.monotonic_us.map(LogPosition::Monotonic))
-            .or(ev.time_ms.map(LogPosition::Time))
-    }
-
-    fn same_kind(self, other: LogPosition) -> bool {
-        std::mem::discriminant(&self) == std::mem::discriminant(&other)
-    }
-}
-
-/// Xid and SXid events of this boot, by kind and code.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct XidCounts {
-    pub boot_id: String,
-    /// The last event counted.
-    pub counted_to: Option<LogPosition>,
-    /// `xid-79`, `sxid-12028` -> events.
-    pub by_code: BTreeMap<String, u64>,
-}
-
-/// Codes kept at most (one series each): a log full of made-up codes
-/// must not grow the textfile without bound.
-const MAX_CODES: usize = 256;
-
-impl XidCounts {
-    /// Add the events of a scan (`boot_id`: this boot's). A new boot
-    /// starts the counts over; an event at or before the last one counted
-    /// is not counted again.
-    pub fn add(&mut self, boot_id: &str, events: &[XidEvent]) {
-        if self.boot_id != boot_id {
-            *self = XidCounts {
-                boot_id: boot_id.to_string(),
-                ..XidCounts::default()
-            };
-        }
-        for ev in events {
-            let at = LogPosition::of(ev);
-            let seen = match (at, self.counted_to) {
-                (Some(a), Some(last)) => a.same_kind(last) && a <= last,
-                _ => false,
-            };
-            if seen {
-                continue;
-            }
-            let key = match ev.kind {
-                EventKind::Xid => format!("xid-{}", ev.code),
-                EventKind::Sxid => format!("sxid-{}", ev.code),
-            };
-            if self.by_code.len() < MAX_CODES || self.by_code.contains_key(&key) {
-                *self.by_code.entry(key).or_insert(0) += ev.count.max(1);
-            }
-            if at.is_some() {
-                self.counted_to = at;
-            }
-        }
-    }
-}
+pub use super::metrics_xids::{LogPosition, XidCounts};
 
 /// What the textfile's health part is made of.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -182,6 +113,9 @@ pub struct CheckSeen<'a> {
     pub findings: &'a [Finding],
     /// The kernel-log events the run read.
     pub xid_events: &'a [XidEvent],
+    /// Where that read started ([`crate::xid::Cursor::identity`] of the
+    /// saved cursor; 0 for the look-back).
+    pub xid_read_from: u64,
     /// The boot they belong to (the run's `RunContext::boot_id`).
     pub boot_id: &'a str,
 }
@@ -288,37 +222,7 @@ impl HealthMetrics {
             findings: count_findings(seen.findings),
         });
         self.see_probe(&LivePower::of(seen.snapshot));
-        self.xids.add(seen.boot_id, seen.xid_events);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ev(code: u32, seq: u64) -> XidEvent {
-        XidEvent {
-            seq: Some(seq),
-            ..XidEvent::new(EventKind::Xid, code, "")
-        }
-    }
-
-    #[test]
-    fn xids_count_once_per_boot() {
-        let mut c = XidCounts::default();
-        c.add("b1", &[ev(79, 10), ev(48, 11)]);
-        // Read again (the cursor did not move): not counted twice.
-        c.add("b1", &[ev(79, 10), ev(48, 11), ev(48, 12)]);
-        assert_eq!(c.by_code["xid-79"], 1);
-        assert_eq!(c.by_code["xid-48"], 2);
-        // A storm folded into one event counts as many.
-        let mut storm = ev(13, 20);
-        storm.count = 5;
-        c.add("b1", &[storm]);
-        assert_eq!(c.by_code["xid-13"], 5);
-        // A new boot starts over.
-        c.add("b2", &[ev(31, 1)]);
-        assert_eq!(c.by_code.len(), 1);
-        assert_eq!((c.boot_id.as_str(), c.by_code["xid-31"]), ("b2", 1));
+        self.xids
+            .add(seen.boot_id, seen.xid_read_from, seen.xid_events);
     }
 }

@@ -9,6 +9,7 @@ mod metrics_render;
 mod metrics_state;
 #[cfg(test)]
 mod metrics_tests;
+mod metrics_xids;
 mod prometheus;
 mod start;
 mod store;

@@ -79,6 +79,27 @@ impl FakeCluster {
             .collect()
     }
 
+    /// The node comes back from a reboot Slurm had pending for it, as
+    /// slurmctld applies the request's `nextstate` (`RESUME`: back in
+    /// service; none: drained as before). False when none was pending.
+    pub fn boot(&self, node: &str) -> bool {
+        let pending = self.dir.join(format!("{node}.reboot"));
+        let Ok(next) = std::fs::read_to_string(&pending) else {
+            return false;
+        };
+        if next == "RESUME" {
+            self.resume(node);
+        }
+        std::fs::remove_file(pending).expect("pending reboot");
+        true
+    }
+
+    /// The reboot Slurm has pending for `node`: its `nextstate` ("" for
+    /// none).
+    pub fn reboot_pending(&self, node: &str) -> Option<String> {
+        std::fs::read_to_string(self.dir.join(format!("{node}.reboot"))).ok()
+    }
+
     /// The `State=DRAIN` updates it got.
     pub fn drains(&self) -> usize {
         self.calls()
@@ -105,6 +126,7 @@ line() {{
         st=IDLE+DRAIN
         r=" Reason=$(cat "$d/$1.reason") [root@2026-12-01T00:00:00]"
     fi
+    [ -f "$d/$1.reboot" ] && st="$st+REBOOT_REQUESTED"
     [ -f "$d/$1.comment" ] && c=" Comment=$(cat "$d/$1.comment")"
     echo "NodeName=$1 Arch=x86_64 CoresPerSocket=1 State=$st ThreadsPerCore=1 Partitions=gpu$r$c"
 }}
@@ -119,6 +141,32 @@ case "$1 $2" in
     exit 0 ;;
 esac
 case "$1" in
+reboot)
+    shift
+    next=""; asap=""; reason=""
+    while [ $# -gt 1 ]; do
+        case "$1" in
+        ASAP) asap=1 ;;
+        nextstate=*) next=${{1#nextstate=}} ;;
+        reason=*) reason=${{1#reason=}} ;;
+        esac
+        shift
+    done
+    [ -f "$d/$1.node" ] || exit 1
+    # A request while one is pending changes nothing (22.05, 24.11 and
+    # 26.05: its nextstate and reason are ignored, it succeeds).
+    [ -f "$d/$1.reboot" ] && exit 0
+    printf '%s' "$next" > "$d/$1.reboot"
+    if [ -n "$asap" ] || [ -f "$d/$1.reason" ]; then printf '%s' "$reason" > "$d/$1.reason"; fi
+    exit 0 ;;
+cancel_reboot)
+    # The node stays drained with its reason (measured on 22.05, 24.11
+    # and 26.05 for a node drained before the request). Without a reboot
+    # pending slurmctld refuses (22.05 and 24.11 print this, 26.05
+    # "slurm_update error: Invalid node state transition").
+    [ -f "$d/$2.reboot" ] || {{ echo 'slurm_update error: Invalid node state specified' >&2; exit 1; }}
+    rm -f "$d/$2.reboot"
+    exit 0 ;;
 update)
     [ "$mode" = update-fails ] && {{ echo 'slurm_update error: Unable to contact slurm controller' >&2; exit 1; }}
     n=${{2#NodeName=}}

@@ -61,6 +61,8 @@ pub trait SlurmCalls {
     /// Ask Slurm to reboot the node as soon as it is idle, and what to
     /// do with it after (`scontrol reboot ASAP [nextstate=RESUME]`).
     fn reboot(&self, node: &NodeName, reason: &str, after: AfterReboot) -> Result<(), SlurmError>;
+    /// Withdraw the node's pending reboot (`scontrol cancel_reboot`).
+    fn cancel_reboot(&self, node: &NodeName) -> Result<(), SlurmError>;
     fn claim(&self, node: &NodeName, stamp_ms: u64, reserve: Duration) -> Result<(), SlurmError>;
     fn release_claim(&self, node: &NodeName) -> Result<(), SlurmError>;
     fn resume(&self, node: &NodeName) -> Result<(), SlurmError>;
@@ -103,6 +105,9 @@ impl SlurmCalls for Scontrol<'_> {
     }
     fn reboot(&self, node: &NodeName, reason: &str, after: AfterReboot) -> Result<(), SlurmError> {
         Scontrol::reboot(self, node, reason, after)
+    }
+    fn cancel_reboot(&self, node: &NodeName) -> Result<(), SlurmError> {
+        Scontrol::cancel_reboot(self, node)
     }
     fn claim(&self, node: &NodeName, stamp_ms: u64, reserve: Duration) -> Result<(), SlurmError> {
         Scontrol::claim(self, node, stamp_ms, reserve)

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use gpu_health_testkit::SimNode;
 
+pub mod rebooting;
+
 /// A simulated node with the prolog's configuration (brake off: there is
 /// no slurmctld to count drained nodes).
 pub struct Node {

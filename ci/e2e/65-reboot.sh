@@ -8,7 +8,9 @@
 # after reboots (`[acceptance] after_reboot`) the reboot is asked without
 # ASAP and nextstate, Slurm keeps the node drained, and the health check
 # returns it once its gates (stand-ins printing recorded outputs) passed,
-# or keeps it drained with the failed gate's figure in its reason.
+# or keeps it drained with the failed gate's figure in its reason. A
+# fault for a person found while the RESUME reboot waits withdraws it
+# (issue 35), and the node stays drained.
 #
 # The test cluster's RebootProgram only notes the request. The test then
 # "reboots" the node as a real one would come back: a new boot id in the
@@ -280,4 +282,82 @@ test_xid79_reboot_then_a_slow_all_reduce_keeps_the_node_drained() {
     assert_eq "$(rb_reboot_count)" 1 "no other reboot was asked for"
     assert_match "$(gh_job_field "$job" JobState)" 'PENDING' "the job waits"
     assert_node_state n3 'idle\+drain' 5 "n3 is still drained a health check later"
+}
+
+rb_next_state() { scontrol -o show node "$1" | tr ' ' '\n' | sed -n 's/^NextState=//p'; }
+
+# rb_wait_flag NODE FLAG yes|no TIMEOUT_S: until Slurm's State of NODE
+# has (yes) or lacks (no) FLAG, e.g. REBOOT_REQUESTED.
+rb_wait_flag() {
+    local deadline=$((SECONDS + $4)) st
+    while :; do
+        st=+$(scontrol -o show node "$1" | tr ' ' '\n' | sed -n 's/^State=//p')+
+        if [[ $3 == yes && $st == *"+$2+"* ]] || [[ $3 == no && $st != *"+$2+"* ]]; then return 0; fi
+        ((SECONDS >= deadline)) && return 1
+        sleep 0.5
+    done
+}
+
+# 5. A fault for a person while the reboot waits (issue 35): a job runs
+#    on n3, an Xid 79 drains it `(reboot)` and the health check asks
+#    `reboot ASAP nextstate=RESUME`; before the job ends an ECC DBE
+#    (Xid 48, for a person) appears. The health check withdraws the
+#    reboot (scontrol cancel_reboot), so Slurm neither reboots n3 nor
+#    returns it: once the job ended, and after n3 booted anyway (its
+#    admin), it is still drained `(drain)` and the job that waits for it
+#    has not started.
+test_a_dbe_while_the_reboot_waits_keeps_the_node_out() {
+    GH_FOCUS=n3
+    local j1 j2 rc reason states
+    rb_begin n3 || return 0
+    : >"$GH_DIR/etc/health-check.enabled"
+    trap 'rb_unwatch; rm -f "$GH_DIR/etc/health-check.enabled"; scontrol cancel_reboot n3 2>/dev/null || true; scancel --user=root 2>/dev/null || true' EXIT
+    j1=$(gh_sbatch -w n3 --wrap 'sleep 300')
+    gh_wait_job_state "$j1" RUNNING 30
+    rb_xid79 n3
+    rc=0
+    rb_wait_reason n3 '(reboot)' 30 || rc=$?
+    assert_eq "$rc" 0 "the health check drains n3 for the Xid 79 ($(gh_node_reason n3))"
+    rc=0
+    rb_wait_flag n3 REBOOT_REQUESTED yes 15 || rc=$?
+    assert_eq "$rc" 0 "and asks Slurm for its reboot"
+    assert_eq "$(rb_next_state n3)" RESUME "with nextstate=RESUME"
+    states=$GH_DIR/n3/states.log
+    : >"$states"
+    rb_watch n3 "$states"
+    gh_kernel_log_append n3 "$(gh_xid_line 0000:5d:00 48 0 'An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 3, subpartition 0.')"
+    rc=0
+    rb_wait_reason n3 '(drain)' 30 || rc=$?
+    reason=$(gh_node_reason n3)
+    assert_eq "$rc" 0 "the DBE turns the reason into (drain) ($reason)"
+    assert_match "$reason" '^gpu-health: .*Xid 48.*\(drain\)$' "naming the Xid 48"
+    rc=0
+    rb_wait_flag n3 REBOOT_REQUESTED no 15 || rc=$?
+    assert_eq "$rc" 0 "Slurm has no reboot of n3 pending any more"
+    assert_node_state n3 'mixed\+drain|allocated\+drain' 5 "n3 is drained, its job runs"
+    assert_eq "$(rb_next_state n3)" "" "and no nextstate"
+    # What Slurm says to a cancel with none pending (gpu-health takes
+    # such a refusal as the request gone when Slurm shows no reboot).
+    rc=0
+    reason=$(scontrol cancel_reboot n3 2>&1) || rc=$?
+    gh_say "    a second cancel_reboot: exit $rc, '$reason'"
+    j2=$(gh_sbatch -w n3 --wrap 'echo ran-on-$SLURMD_NODENAME')
+    scancel "$j1"
+    gh_wait_job_state "$j1" 'CANCELLED|COMPLETED' 30 || true
+    sleep 8
+    assert_eq "$(rb_reboot_count)" 0 "Slurm ran no RebootProgram once the job ended"
+    assert_node_state n3 'idle\+drain' 10 "n3 is idle and drained"
+    # Its admin reboots it: Slurm keeps the drain.
+    rc=0
+    rb_come_back n3 || rc=$?
+    assert_eq "$rc" 0 "n3's slurmd starts again as after a reboot"
+    sleep 8
+    rb_unwatch
+    gh_say "    n3 (state | reason):"
+    sed 's/^/      /' "$states" >&2 || true
+    assert_node_state n3 'idle\+drain' 10 "n3 is still drained after the boot"
+    assert_match "$(gh_node_reason n3)" '^gpu-health: .*Xid 48.*\(drain\)' "for the DBE"
+    assert_eq "$(awk '$2 != "|" && $2 !~ /DRAIN/' "$states" | wc -l)" 0 "n3 was drained at every moment from the Xid 79 on"
+    assert_match "$(gh_job_field "$j2" JobState)" 'PENDING' "the job for n3 did not start"
+    assert_contains "$(gh_cat "$(gh_gpu_health_log n3)")" "withdrew the reboot of n3" "n3's log says why"
 }

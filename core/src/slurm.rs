@@ -170,6 +170,16 @@ impl<'a> Scontrol<'a> {
         self.run(&args).map(drop)
     }
 
+    /// Withdraw the reboot of `node` that Slurm has pending (`scontrol
+    /// cancel_reboot node`), with whatever `nextstate` it was asked with.
+    /// A node drained before the request stays drained with its reason
+    /// on 22.05, 24.11 and 26.05 (docs/operations.md); callers look at
+    /// the node after it all the same. Slurm refuses it (exit 1) when no
+    /// reboot is pending.
+    pub fn cancel_reboot(&self, node: &NodeName) -> Result<(), SlurmError> {
+        self.run(&["cancel_reboot", node.as_str()]).map(drop)
+    }
+
     /// The drain brake's claim: `Comment=gpu-health-claim:<stamp_ms>` on
     /// `node` (one update; the state and reason are untouched). Every
     /// node that drains through the brake claims first, so racing nodes

@@ -153,10 +153,18 @@ reboot)
         shift
     done
     [ -f "$d/$1.node" ] || exit 1
+    # A request while one is pending changes nothing (22.05, 24.11 and
+    # 26.05: its nextstate and reason are ignored, it succeeds).
+    [ -f "$d/$1.reboot" ] && exit 0
     printf '%s' "$next" > "$d/$1.reboot"
     if [ -n "$asap" ] || [ -f "$d/$1.reason" ]; then printf '%s' "$reason" > "$d/$1.reason"; fi
     exit 0 ;;
 cancel_reboot)
+    # The node stays drained with its reason (measured on 22.05, 24.11
+    # and 26.05 for a node drained before the request). Without a reboot
+    # pending slurmctld refuses (22.05 and 24.11 print this, 26.05
+    # "slurm_update error: Invalid node state transition").
+    [ -f "$d/$2.reboot" ] || {{ echo 'slurm_update error: Invalid node state specified' >&2; exit 1; }}
     rm -f "$d/$2.reboot"
     exit 0 ;;
 update)

@@ -60,6 +60,30 @@ impl Ledger {
         self.proof = None;
     }
 
+    /// The faults that must keep Slurm from returning the node after the
+    /// reboot it has pending: gpu-health asked that reboot with
+    /// `nextstate=RESUME` (not to be proven), and an open fault needs a
+    /// person or an inspection, which a reboot does not clear. Their
+    /// summaries; empty when the request may stand.
+    pub fn reboot_to_withdraw(&self) -> Vec<&str> {
+        match &self.reboot_asked {
+            Some(asked) if !asked.prove => self
+                .open_faults()
+                .filter(|f| f.remedy != Remedy::Reboot)
+                .map(|f| f.summary.as_str())
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Slurm withdrew the reboot gpu-health asked for: no boot is awaited
+    /// for it, and its faults stay open and drained for the person the
+    /// node now waits for. Not a reboot done (none counts toward
+    /// `max_reboots`).
+    pub fn reboot_withdrawn(&mut self) {
+        self.reboot_asked = None;
+    }
+
     /// A run of boot `boot_id`: when it is another boot than the one a
     /// reboot was asked in, the reboot happened. Its faults are cleared
     /// by it (`Rebooted`; found again, they are new again and the reboot
@@ -246,5 +270,42 @@ mod tests {
             "an unreadable boot id"
         );
         assert!(l.reboot_asked.is_some());
+    }
+
+    #[test]
+    fn a_fault_for_a_person_while_a_resume_reboot_waits_withdraws_it() {
+        let cfg = on();
+        let mut l = Ledger::new("n1");
+        see(&mut l, &[xid(79, Remedy::Reboot)], 0, &cfg);
+        let r = reason(&l, &cfg, 0);
+        l.record(&Recorded::Drained { reason: r }, true, 0);
+        let kinds = l.reboot_wanted(&cfg, 0).expect("a reboot");
+        l.reboot_requested(0, "b0", kinds.clone(), false);
+        assert!(l.reboot_to_withdraw().is_empty(), "the reboot's own fault");
+        // An ECC DBE while the reboot waits: the request must go.
+        see(&mut l, &[xid(48, Remedy::Person)], 1_000, &cfg);
+        assert_eq!(l.reboot_to_withdraw(), vec!["Xid 48 GPU3 0000:18:00.0"]);
+        let r = reason(&l, &cfg, 1_000);
+        assert!(r.ends_with(" (drain)"), "{r}");
+        l.record(&Recorded::Drained { reason: r }, true, 1_000);
+        l.reboot_withdrawn();
+        assert!(l.reboot_to_withdraw().is_empty());
+        assert_eq!(l.reboot_wanted(&cfg, 2_000), None, "no new reboot asked");
+        assert!(!l.boot_seen("b1", 3_000, cfg.window_ms()), "none awaited");
+        assert!(l.reboots.is_empty(), "none counted");
+        assert!(l.open_faults().count() == 2 && l.faults.iter().all(|f| f.drained()));
+        // Asked to stay drained for the tier: Slurm does not return the
+        // node by itself, the request may stand.
+        let mut p = Ledger::new("n1");
+        see(&mut p, &[xid(79, Remedy::Reboot)], 0, &cfg);
+        p.reboot_requested(0, "b0", kinds, true);
+        see(&mut p, &[xid(48, Remedy::Person)], 1_000, &cfg);
+        assert!(p.reboot_to_withdraw().is_empty());
+        // A fault back after too many reboots needs an inspection.
+        let mut i = Ledger::new("n1");
+        see(&mut i, &[xid(79, Remedy::Reboot)], 0, &cfg);
+        i.reboot_requested(0, "b0", vec!["xid:79".into()], false);
+        see(&mut i, &[xid(31, Remedy::Inspection)], 1_000, &cfg);
+        assert_eq!(i.reboot_to_withdraw().len(), 1);
     }
 }

@@ -61,6 +61,8 @@ pub trait SlurmCalls {
     /// Ask Slurm to reboot the node as soon as it is idle, and what to
     /// do with it after (`scontrol reboot ASAP [nextstate=RESUME]`).
     fn reboot(&self, node: &NodeName, reason: &str, after: AfterReboot) -> Result<(), SlurmError>;
+    /// Withdraw the node's pending reboot (`scontrol cancel_reboot`).
+    fn cancel_reboot(&self, node: &NodeName) -> Result<(), SlurmError>;
     /// The brake's claim; `kept`: the node's own drain stamp, which the
     /// claim's Comment keeps (`slurm::claim_comment`).
     fn claim(
@@ -112,6 +114,9 @@ impl SlurmCalls for Scontrol<'_> {
     }
     fn reboot(&self, node: &NodeName, reason: &str, after: AfterReboot) -> Result<(), SlurmError> {
         Scontrol::reboot(self, node, reason, after)
+    }
+    fn cancel_reboot(&self, node: &NodeName) -> Result<(), SlurmError> {
+        Scontrol::cancel_reboot(self, node)
     }
     fn claim(
         &self,

@@ -297,10 +297,11 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
             }))
         }
     };
-    if let (Some(kinds), Some(DrainOutcome::Drained), Plan::Drain { reason, .. }) =
-        (reboot, &drain, &plan)
-    {
-        ask_reboot(turn, reason, kinds, &boot_id, view.clock.wall_ms);
+    if let (Some(DrainOutcome::Drained), Plan::Drain { reason, .. }) = (&drain, &plan) {
+        match reboot {
+            Some(kinds) => ask_reboot(turn, reason, kinds, &boot_id, view.clock.wall_ms),
+            None => super::withdraw_reboot::withdraw_reboot(turn, reason),
+        }
     }
     let recorded = recorded(&plan, drain.as_ref());
     if let Recorded::NotActed { .. } = &recorded {

@@ -26,6 +26,7 @@ pub mod resume;
 mod snapshot_file;
 pub mod step;
 pub mod step_end;
+mod withdraw_reboot;
 
 use std::path::Path;
 use std::time::Duration;

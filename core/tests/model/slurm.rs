@@ -188,6 +188,9 @@ impl SlurmCalls for ModelSlurm {
             self.rebooting.lock().unwrap()[i] = true;
         })
     }
+    fn cancel_reboot(&self, node: &NodeName) -> Result<(), SlurmError> {
+        self.update(node, |i| self.rebooting.lock().unwrap()[i] = false)
+    }
     fn claim(
         &self,
         node: &NodeName,

@@ -24,6 +24,7 @@ use crate::ids::NodeName;
 use crate::process::{self, Ended, Flow, RunError};
 
 mod node_info;
+pub mod reboots_word;
 pub mod show_config;
 pub use node_info::NodeInfo;
 
@@ -200,6 +201,14 @@ impl<'a> Scontrol<'a> {
             &format!("Comment={}", claim_comment(stamp_ms, kept)),
         ];
         self.run_leaving(&args, reserve).map(drop)
+    }
+
+    /// Set `node`'s Comment to `comment` (gpu-health's words only:
+    /// `reboots_word::comment_with` never overwrites another's note).
+    pub fn set_comment(&self, node: &NodeName, comment: &str) -> Result<(), SlurmError> {
+        let arg = format!("Comment={comment}");
+        self.run(&["update", &format!("NodeName={node}"), &arg])
+            .map(drop)
     }
 
     /// Withdraw this node's claim: the Comment holds the node's own drain

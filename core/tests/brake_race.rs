@@ -80,6 +80,8 @@ impl Cluster {
                     partitions: vec!["main".to_string()],
                     claim_ms: self.claims[i],
                     drained_ms: self.drained_at[i],
+                    comment: None,
+                    foreign_comment: false,
                 }
             })
             .collect()

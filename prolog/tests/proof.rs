@@ -3,7 +3,8 @@
 //! GPU, every HCA with an active port), a fault during the tier fails it,
 //! the tier's first step runs whenever the health check has the time for
 //! it, and a fault that needs a person, found while gpu-health's reboot
-//! waits, keeps Slurm from returning the node after that reboot. Through the real binary as the health check, a stand-in
+//! waits, keeps Slurm from returning the node after that reboot, and the
+//! reboot count holds when the state directory is emptied at every boot. Through the real binary as the health check, a stand-in
 //! scontrol that keeps the node's state and pending reboot, and stand-in
 //! gate programs that print recorded outputs.
 
@@ -261,4 +262,34 @@ fn a_reboot_someone_withdrew_already_is_forgotten_and_the_node_stays_drained() {
         run.log
     );
     assert!(r.reason().ends_with(" (drain)"), "{}", run.log);
+}
+
+#[test]
+fn the_reboot_count_holds_when_the_state_directory_is_emptied_at_every_boot() {
+    let r = Rebooting::new("h100x8-healthy", "");
+    for round in 1..=2 {
+        r.xid79();
+        let run = r.health_check();
+        assert!(
+            r.reason().ends_with(" (reboot)"),
+            "round {round}\n{}",
+            run.log
+        );
+        assert_eq!(r.reboots().len(), round, "{}", run.log);
+        assert!(r.come_back(&format!("boot-{}", round + 1)));
+        // A diskless node: the state directory is empty after a boot.
+        std::fs::remove_dir_all(r.n.path("state")).unwrap();
+        std::fs::create_dir(r.n.path("state")).unwrap();
+        let run = r.health_check();
+        assert_eq!(r.c.reason("n1"), None, "round {round}\n{}", run.log);
+    }
+    r.xid79();
+    let run = r.health_check();
+    let reason = r.reason();
+    assert!(
+        reason.ends_with(" (hardware inspection)"),
+        "back after two reboots: {reason:?}\n{}",
+        run.log
+    );
+    assert_eq!(r.reboots().len(), 2, "no third reboot");
 }

@@ -33,6 +33,7 @@ mod observe;
 mod plan;
 mod proof;
 mod reboot;
+mod reboot_history;
 pub mod store;
 
 use serde::{Deserialize, Serialize};

@@ -63,6 +63,8 @@ pub trait SlurmCalls {
     fn reboot(&self, node: &NodeName, reason: &str, after: AfterReboot) -> Result<(), SlurmError>;
     /// Withdraw the node's pending reboot (`scontrol cancel_reboot`).
     fn cancel_reboot(&self, node: &NodeName) -> Result<(), SlurmError>;
+    /// Set the node's Comment (gpu-health's words only).
+    fn set_comment(&self, node: &NodeName, comment: &str) -> Result<(), SlurmError>;
     /// The brake's claim; `kept`: the node's own drain stamp, which the
     /// claim's Comment keeps (`slurm::claim_comment`).
     fn claim(
@@ -117,6 +119,9 @@ impl SlurmCalls for Scontrol<'_> {
     }
     fn cancel_reboot(&self, node: &NodeName) -> Result<(), SlurmError> {
         Scontrol::cancel_reboot(self, node)
+    }
+    fn set_comment(&self, node: &NodeName, comment: &str) -> Result<(), SlurmError> {
+        Scontrol::set_comment(self, node, comment)
     }
     fn claim(
         &self,

@@ -71,6 +71,8 @@ mod tests {
             partitions: vec!["gpu".into()],
             claim_ms: None,
             drained_ms: None,
+            comment: None,
+            foreign_comment: false,
         }
     }
 

@@ -195,6 +195,7 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
             ctx.node
         );
     }
+    super::reboot_history::recover(turn, findings, view.clock.wall_ms);
     let observed = turn
         .loaded
         .ledger
@@ -367,6 +368,7 @@ fn ask_reboot(turn: &mut Turn<'_>, reason: &str, kinds: Vec<String>, boot_id: &s
             turn.loaded
                 .ledger
                 .reboot_requested(now_ms, boot_id, kinds, prove);
+            super::reboot_history::keep(turn);
         }
         Err(e) => log::error!(
             "cannot ask Slurm to reboot {node} ({e}); it stays drained and the next run asks again"

@@ -22,6 +22,7 @@ pub mod node_check;
 pub mod pci_bus;
 pub mod preview;
 pub mod prolog;
+mod reboot_history;
 pub mod resume;
 mod snapshot_file;
 pub mod step;

@@ -92,7 +92,19 @@ pub fn run(
         .clone()
         .filter(|_| info.is_drained() || info.held_by_us());
     let outcome = match reason {
-        None => not_drained(&mut turn, target, info.state, forget_pending),
+        None => {
+            let out = not_drained(&mut turn, target, info.state.clone(), forget_pending);
+            if matches!(
+                out,
+                ResumeOutcome::NotDrained {
+                    forgotten: true,
+                    ..
+                }
+            ) {
+                super::reboot_history::forget(&turn, &info);
+            }
+            out
+        }
         Some(r) if !is_own_reason(&r) => ResumeOutcome::Error(format!(
             "{target} is drained by someone else (reason {:?}); gpu-health only resumes its own \
              drains. If you mean it: scontrol update NodeName={target} State=RESUME",
@@ -110,6 +122,7 @@ pub fn run(
                 // returns starts over too.
                 let window = ctx.config().recovery.escalate_window_ms();
                 turn.loaded.ledger.returned(false, ctx.now_ms, window);
+                super::reboot_history::forget(&turn, &info);
                 ResumeOutcome::Resumed(r)
             }
             Err(e) => ResumeOutcome::Error(format!("scontrol failed: {e}")),

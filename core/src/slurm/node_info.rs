@@ -23,7 +23,17 @@ pub struct NodeInfo {
     /// the brake's time window counts it. A stamp that is not a number
     /// reads as [`u64::MAX`] (from the future: counted as recent).
     pub drained_ms: Option<u64>,
+    /// The Comment as printed when it is gpu-health's (its words are one
+    /// word: `slurm::reboots_word`); another's is not kept (a node table
+    /// of thousands of nodes holds only what gpu-health reads).
+    pub comment: Option<String>,
+    /// The node has a Comment that is not gpu-health's (an admin's note):
+    /// gpu-health does not write over it.
+    pub foreign_comment: bool,
 }
+
+/// Bytes of a gpu-health Comment kept (its words are about 200).
+const MAX_COMMENT: usize = 1024;
 
 /// Digits of a stamp read at most (unix ms have 13).
 const MAX_STAMP_DIGITS: usize = 20;
@@ -35,7 +45,7 @@ impl NodeInfo {
         // One pass over the words; the first of each key counts (and the
         // first Comment that is a claim).
         let (mut name, mut state, mut partitions, mut claim) = (None, None, None, None);
-        let mut drained = None;
+        let (mut drained, mut comment) = (None, None);
         for word in line.split_ascii_whitespace() {
             // Most of a 1 KB line is fields of no interest: look at the
             // words that may be ours only.
@@ -49,7 +59,8 @@ impl NodeInfo {
                 "NodeName" if name.is_none() => name = Some(value),
                 "State" if state.is_none() => state = Some(value),
                 "Partitions" if partitions.is_none() => partitions = Some(value),
-                "Comment" if claim.is_none() && drained.is_none() => {
+                "Comment" if comment.is_none() => {
+                    comment = Some(value);
                     // A claim may keep the node's drain stamp after it
                     // (`slurm::claim_comment`).
                     let mut parts = value.splitn(3, ',');
@@ -92,6 +103,11 @@ impl NodeInfo {
             partitions,
             claim_ms,
             drained_ms,
+            foreign_comment: comment
+                .is_some_and(|c| !c.is_empty() && c != "(null)" && !c.starts_with("gpu-health-")),
+            comment: comment
+                .filter(|c| c.starts_with("gpu-health-") && c.len() <= MAX_COMMENT)
+                .map(str::to_string),
         })
     }
 

@@ -191,6 +191,11 @@ impl SlurmCalls for ModelSlurm {
     fn cancel_reboot(&self, node: &NodeName) -> Result<(), SlurmError> {
         self.update(node, |i| self.rebooting.lock().unwrap()[i] = false)
     }
+    fn set_comment(&self, node: &NodeName, comment: &str) -> Result<(), SlurmError> {
+        self.update(node, |i| {
+            self.comments.lock().unwrap()[i] = (!comment.is_empty()).then(|| comment.to_string());
+        })
+    }
     fn claim(
         &self,
         node: &NodeName,

@@ -21,6 +21,8 @@ use crate::state::{RunLock, StateError};
 
 use super::RunContext;
 
+mod stages;
+
 /// A run's turn on the node: the run lock held, the ledger read.
 pub struct Turn<'a> {
     pub ctx: &'a RunContext,
@@ -154,183 +156,23 @@ impl ActOutcome {
 /// the ledger says so, and write down what came of it (the caller saves
 /// with [`Turn::commit`]).
 pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutcome {
-    let ctx = turn.ctx;
+    let boot_id = stages::notice_boot(turn, view);
+    let fresh = stages::fold(turn, findings, view);
     let found: Vec<FaultId> = findings
         .iter()
         .filter(|f| f.action.drains())
         .map(FaultId::of)
         .collect();
-    let recovery = &ctx.config().recovery;
-    let remediation = &ctx.config().remediation;
-    // Read only where reboots are on, one was asked, or every boot is to
-    // be proven: with the default configuration a run does what it did
-    // before.
-    let any_boot =
-        crate::acceptance::wanted(&ctx.config().acceptance, crate::acceptance::Boot::Other);
-    let boot_id = if remediation.reboot || turn.loaded.ledger.reboot_asked.is_some() || any_boot {
-        ctx.boot_id().to_string()
-    } else {
-        String::new()
-    };
-    let asked = turn
-        .loaded
-        .ledger
-        .boot_seen(&boot_id, view.clock.wall_ms, remediation.window_ms());
-    if asked {
-        log::warn!(
-            "{} rebooted as gpu-health asked: the faults it was for are cleared unless found again",
-            ctx.node
-        );
-    }
-    // A broken configuration's fallback says nothing about the key: the
-    // boot stays as it was written down.
-    if ctx.config_ok()
-        && turn
-            .loaded
-            .ledger
-            .boot_noted(&boot_id, any_boot, asked, view.clock.wall_ms)
+    let planned = stages::drain_as_planned(turn, &found, view);
+    if let (Some(DrainOutcome::Drained), Plan::Drain { reason, .. }) =
+        (&planned.drain, &planned.plan)
     {
-        log::warn!(
-            "{} booted without gpu-health asking for it ({boot_id}): it is drained until the acceptance tier passes on it (acceptance.after_any_boot)",
-            ctx.node
-        );
-    }
-    super::reboot_history::recover(turn, findings, view.clock.wall_ms);
-    let observed = turn
-        .loaded
-        .ledger
-        .observe(findings, view, recovery, remediation);
-    let fresh = observed.fresh;
-    if !observed.escalated.is_empty() {
-        log::error!(
-            "{} returned by itself {} times or more within {} h for the same fault: draining it for an admin ({})",
-            ctx.node,
-            recovery.escalate_after_returns,
-            recovery.escalate_window_hours,
-            observed.escalated.join(", ")
-        );
-    }
-    if !observed.inspected.is_empty() {
-        log::error!(
-            "{} has a fault back after {} reboots or more within {} h: draining it for hardware inspection, no more reboots ({})",
-            ctx.node,
-            remediation.max_reboots,
-            remediation.window_hours,
-            observed.inspected.join(", ")
-        );
-    }
-    if turn.loaded.ledger.claim_ms.is_some() {
-        withdraw_left_claim(turn);
-    }
-    let wanted = |l: &Ledger| {
-        l.reboot_wanted(remediation, view.clock.wall_ms)
-            .filter(|_| ctx.config_ok())
-    };
-    let mut reboot = wanted(&turn.loaded.ledger);
-    let mut plan = turn
-        .loaded
-        .ledger
-        .plan_marked(ctx.config_ok(), reboot.is_some());
-    let mut answered = 0;
-    let drain = match &plan {
-        Plan::Quiet => None,
-        Plan::Hold { why } => {
-            log::error!("{why}");
-            None
-        }
-        Plan::Drain {
-            reason,
-            ours_already: true,
-            ..
-        } => {
-            let reason = reason.clone();
-            match drainer_look(turn) {
-                Ok(Standing::Ours(current)) => {
-                    Some(with_drainer(turn, |d| d.redrain(&ctx.node, &current, &reason)))
-                }
-                Ok(Standing::Foreign(current)) => Some(DrainOutcome::Foreign(format!(
-                    "{} is drained by someone else (reason {:?}); not touching it, would have drained: {reason}",
-                    ctx.node,
-                    crate::text::printable(&current)
-                ))),
-                Ok(Standing::InService) => {
-                    answered = turn.loaded.ledger.returned_by_someone(&found);
-                    log::warn!(
-                        "{} is back in service although gpu-health drained it: someone returned it; \
-                         {answered} fault(s) it had are taken as answered{}",
-                        ctx.node,
-                        if turn.loaded.ledger.open_faults().next().is_none() {
-                            String::new()
-                        } else {
-                            ", the ones found again drain it again".to_string()
-                        }
-                    );
-                    reboot = wanted(&turn.loaded.ledger);
-                    plan = turn
-                        .loaded
-                        .ledger
-                        .plan_marked(ctx.config_ok(), reboot.is_some());
-                    match &plan {
-                        Plan::Drain {
-                            reason, look_first, ..
-                        } => {
-                            let (reason, look_first) =
-                                (reason.clone(), look_before_claim(turn, *look_first));
-                            Some(with_drainer(turn, |d| {
-                                d.drain_new(&ctx.node, &reason, look_first)
-                            }))
-                        }
-                        _ => None,
-                    }
-                }
-                Err(e) => Some(DrainOutcome::Failed(format!(
-                    "cannot look at {} in Slurm ({e}); would have drained: {reason}",
-                    ctx.node
-                ))),
-            }
-        }
-        Plan::Drain {
-            reason, look_first, ..
-        } => {
-            let (reason, look_first) = (reason.clone(), look_before_claim(turn, *look_first));
-            Some(with_drainer(turn, |d| {
-                d.drain_new(&ctx.node, &reason, look_first)
-            }))
-        }
-    };
-    if let (Some(DrainOutcome::Drained), Plan::Drain { reason, .. }) = (&drain, &plan) {
-        match reboot {
+        match planned.reboot.clone() {
             Some(kinds) => ask_reboot(turn, reason, kinds, &boot_id, view.clock.wall_ms),
             None => super::withdraw_reboot::withdraw_reboot(turn, reason),
         }
     }
-    let recorded = recorded(&plan, drain.as_ref());
-    if let Recorded::NotActed { .. } = &recorded {
-        let summaries: Vec<String> = turn
-            .loaded
-            .ledger
-            .open_faults()
-            .map(|f| f.summary.clone())
-            .collect();
-        log::error!(
-            "{} not drained; its open faults stay pending: {}",
-            ctx.node,
-            summaries.join("; ")
-        );
-    }
-    let ledger = &mut turn.loaded.ledger;
-    let before = ledger.drain.as_ref().map(|m| m.reason.clone());
-    ledger.record(&recorded, fresh, view.clock);
-    ledger.claim_ms = None;
-    let drain_changed =
-        matches!(&recorded, Recorded::Drained { reason } if before.as_ref() != Some(reason));
-    ActOutcome {
-        plan,
-        drain,
-        fresh,
-        answered,
-        drain_changed,
-    }
+    stages::write_down(turn, planned, fresh, view)
 }
 
 /// The node is drained for faults a reboot clears: ask Slurm to reboot

@@ -86,14 +86,31 @@ pub fn run(
         Ok(None) => return ResumeOutcome::Error(format!("Slurm does not know {target}")),
         Err(e) => return ResumeOutcome::Error(format!("cannot ask Slurm about {target}: {e}")),
     };
+    let outcome = decide(&mut turn, target, &info, problems, forget_pending);
+    if !turn.commit() {
+        log::error!("{target}: the fault ledger was not saved; the closed faults may come back");
+    }
+    outcome
+}
+
+/// What the resume comes to for `target` as Slurm shows it (`info`),
+/// done in the node's turn.
+fn decide(
+    turn: &mut Turn<'_>,
+    target: &NodeName,
+    info: &crate::slurm::NodeInfo,
+    problems: Vec<String>,
+    forget_pending: bool,
+) -> ResumeOutcome {
+    let ctx = turn.ctx;
     // Down or rebooting with gpu-health's reason is its drain too.
     let reason = info
         .reason
         .clone()
         .filter(|_| info.is_drained() || info.held_by_us());
-    let outcome = match reason {
+    match reason {
         None => {
-            let out = not_drained(&mut turn, target, info.state.clone(), forget_pending);
+            let out = not_drained(turn, target, info.state.clone(), forget_pending);
             if matches!(
                 out,
                 ResumeOutcome::NotDrained {
@@ -101,7 +118,7 @@ pub fn run(
                     ..
                 }
             ) {
-                super::reboot_history::forget(&turn, &info);
+                super::reboot_history::forget(turn, info);
             }
             out
         }
@@ -122,16 +139,12 @@ pub fn run(
                 // returns starts over too.
                 let window = ctx.config().recovery.escalate_window_ms();
                 turn.loaded.ledger.returned(false, ctx.now_ms, window);
-                super::reboot_history::forget(&turn, &info);
+                super::reboot_history::forget(turn, info);
                 ResumeOutcome::Resumed(r)
             }
             Err(e) => ResumeOutcome::Error(format!("scontrol failed: {e}")),
         },
-    };
-    if !turn.commit() {
-        log::error!("{target}: the fault ledger was not saved; the closed faults may come back");
     }
-    outcome
 }
 
 /// The node is not drained: what the ledger holds pending, forgotten

@@ -207,24 +207,25 @@ fn one_line(s: &str) -> String {
 }
 
 /// The JSON document in dcgmi's output: the first line that opens an
-/// object and parses (text may come before it, and after it).
+/// object and parses (text may come before it, and after it). At most 8
+/// lines are tried, so that a large garbled answer costs one pass.
 fn json_document(stdout: &str) -> Option<Value> {
-    let mut at = 0;
+    let mut offset = 0;
     let mut tries = 0;
-    while let Some(i) = stdout.get(at..)?.find('{') {
-        let start = at + i;
-        let line_start = stdout[..start].rfind('\n').map_or(0, |n| n + 1);
-        if stdout[line_start..start].trim().is_empty() {
-            let mut de = serde_json::Deserializer::from_str(&stdout[start..]).into_iter::<Value>();
-            if let Some(Ok(v)) = de.next() {
-                return Some(v);
-            }
-            tries += 1;
-            if tries == 8 {
-                return None;
-            }
+    for line in stdout.split_inclusive('\n') {
+        let start = offset + (line.len() - line.trim_start().len());
+        offset += line.len();
+        if !line.trim_start().starts_with('{') {
+            continue;
         }
-        at = start + 1;
+        let mut de = serde_json::Deserializer::from_str(&stdout[start..]).into_iter::<Value>();
+        if let Some(Ok(v)) = de.next() {
+            return Some(v);
+        }
+        tries += 1;
+        if tries == 8 {
+            return None;
+        }
     }
     None
 }

@@ -33,7 +33,10 @@ fn sysfs_with_ndr(dir: &Path) -> PathBuf {
     root
 }
 
-const DCGM_PASSES: &str = r#"{"DCGM GPU Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [{"name": "Memory", "results": [{"gpu_id": "0", "status": "Pass"}]}]}]}}"#;
+/// DCGM 4's answer for 8 GPUs, all passed (ci/fixtures/dcgmi/README.md).
+fn dcgm_passes() -> PathBuf {
+    gpu_health_testkit::workspace().join("ci/fixtures/dcgmi/pass-v4.out")
+}
 
 /// The stand-ins, each printing a recorded output (the loopback server,
 /// called without `localhost`, waits to be killed).
@@ -46,7 +49,7 @@ struct Tools {
 
 fn tools(node: &SimNode, all_reduce: &str, h2d: &str, rdma: &str) -> Tools {
     Tools {
-        dcgmi: node.script("dcgmi", &format!("echo '{DCGM_PASSES}'")),
+        dcgmi: node.script("dcgmi", &format!("cat {:?}", dcgm_passes())),
         all_reduce: node.script("all_reduce_perf", &format!("cat {:?}", fixture(all_reduce))),
         nvbandwidth: node.script("nvbandwidth", &format!("cat {:?}", fixture(h2d))),
         ib_write_bw: node.script(

@@ -215,7 +215,8 @@ fn a_time_out_a_bad_status_or_garbage_is_not_judged_and_holds_the_node() {
         ),
         (
             printed("nccl/cuda-error.txt"),
-            "no all_reduce_perf result row",
+            // Issue 36: the reason is what stopped it.
+            "all_reduce_perf stopped: gpu017: Test NCCL failure common.cu:1279",
         ),
         (
             printed("nccl/h100x8-truncated.txt"),

@@ -57,9 +57,76 @@ fn all_reduce_of_old_releases_with_an_error_column() {
     assert_eq!(run.rows.len(), 4);
     assert_eq!(run.rows[3].busbw_out, 233.40);
     assert_eq!(run.wrong(), 0);
-    // A non-zero error there is a wrong result.
+    // A difference beyond float's tolerance for 8 ranks (7e-05) failed.
     let bad = fixture("nccl/a100x8-old-error-column.txt").replacen("0e+00", "3e-02", 1);
     assert_eq!(nccl::parse(&bad).unwrap().wrong(), 1);
+}
+
+/// Issue 36: up to nccl-tests 2.11 the `error` column is the largest
+/// difference, a failed check only beyond `DeltaMaxValue(type) *
+/// (nranks - 1)`: a healthy run's `2e-07` is no wrong result.
+#[test]
+fn the_old_error_column_is_judged_with_nccl_tests_tolerance() {
+    let real = fixture("nccl/k80x4-error-column-azureml.txt");
+    let run = nccl::parse(&real).unwrap();
+    assert_eq!(run.rows.len(), 7);
+    assert_eq!(run.wrong(), 0, "2e-07 is within 1e-05 * 3");
+    assert_eq!(run.peak_busbw(), Some(2.56));
+    // Float, 4 ranks: 3e-05 is the limit, 4e-05 beyond it (in-place too).
+    let at = |from: &str, to: &str, n| nccl::parse(&real.replacen(from, to, n)).unwrap().wrong();
+    assert_eq!(at("2e-07", "3e-05", 2), 0);
+    assert_eq!(at("2e-07", "4e-05", 1), 1);
+    assert_eq!(at("2.53  2e-07\n", "2.53  5e-05\n", 1), 1, "in-place");
+    // The tolerance is the row's type's: half allows 1e-02 per rank.
+    let half = fixture("nccl/a100x8-old-error-column.txt").replace("float", " half");
+    let at = |v: &str| nccl::parse(&half.replacen("0e+00", v, 1)).unwrap().wrong();
+    assert_eq!((at("7e-02"), at("8e-02")), (0, 1));
+    // Without `# Rank` lines the ranks are nThread x nGpus.
+    let one = real
+        .lines()
+        .filter(|l| !l.starts_with("#   Rank  "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(
+        nccl::parse(&one).unwrap().wrong(),
+        14,
+        "1 rank: any difference"
+    );
+}
+
+#[test]
+fn out_of_bounds_failed_and_nccl_errors_fail_in_both_versions() {
+    for name in [
+        "nccl/k80x4-error-column-azureml.txt",
+        "nccl/h100x8-good.txt",
+    ] {
+        let text = fixture(name).replace(
+            "Out of bounds values : 0 OK",
+            "Out of bounds values : 3 FAILED",
+        );
+        assert_eq!(nccl::parse(&text).unwrap().wrong(), 3, "{name}");
+        // An error after some rows ends the run: never read as a result.
+        let text = fixture(name).replacen(
+            "# Out of bounds",
+            "gpu017: Test NCCL failure common.cu:1279 'unhandled system error'\n# Out of bounds",
+            1,
+        );
+        let e = nccl::parse(&text).unwrap_err().to_string();
+        assert!(
+            e.contains("Test NCCL failure common.cu:1279"),
+            "{name}: {e}"
+        );
+    }
+}
+
+#[test]
+fn mpirun_tagged_output_is_read_as_the_plain_one() {
+    let plain = fixture("nccl/h100x8-good.txt");
+    let tagged: String = plain
+        .lines()
+        .map(|l| format!("[1,0]<stdout>:{l}\n"))
+        .collect();
+    assert_eq!(nccl::parse(&tagged).unwrap(), nccl::parse(&plain).unwrap());
 }
 
 #[test]

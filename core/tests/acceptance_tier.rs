@@ -368,6 +368,43 @@ fn dcgm_runs_at_the_configured_level() {
     assert_eq!(out.findings[0].action, Action::Drain);
 }
 
+/// Issue 36: DCGM 4's answers as its source prints them; a diag that
+/// skipped its tests or left GPUs of the node out holds the node.
+#[test]
+fn dcgm_4_passes_only_when_every_gpu_of_the_node_is_proven() {
+    let snap = h100x8();
+    for (mode, verdict) in [
+        ("pass-v4", Verdict::Passed),
+        ("skip-v4", Verdict::NotJudged),
+        ("fail-software-v4", Verdict::NotJudged),
+    ] {
+        let d = tempfile::tempdir().unwrap();
+        let mut c = good_tools(d.path());
+        let recorded = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../ci/fixtures/dcgmi")
+            .join(format!("{mode}.out"));
+        c.dcgm.dcgmi = script(d.path(), "dcgmi", &format!("cat {recorded:?}"));
+        c.acceptance.gates = vec![GateName::Dcgm];
+        let out = run_tier(&TierInput {
+            config: &c,
+            snapshot: &snap,
+            hcas: &[],
+            search_path: &[],
+            job_running: None,
+        });
+        let r = &out.results[0];
+        assert_eq!(r.verdict, verdict, "{mode}: {r:?}");
+        assert_eq!(
+            out.may_return(),
+            verdict == Verdict::Passed,
+            "{mode}: {r:?}"
+        );
+        if verdict == Verdict::NotJudged {
+            assert!(r.detail.contains("DCGM 4.6.0"), "{mode}: {}", r.detail);
+        }
+    }
+}
+
 #[test]
 fn the_hcas_are_the_active_ib_and_roce_ones_unless_configured() {
     use gpu_health_core::fabric::{LinkLayer, RdmaPort};

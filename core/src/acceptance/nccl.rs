@@ -6,8 +6,16 @@
 //! busbw #wrong` for out-of-place and again for in-place; with per-
 //! iteration timing four more columns each), one row per message size,
 //! then `# Out of bounds values : N OK|FAILED` and `# Avg bus bandwidth :
-//! X`. `#wrong` is `N/A` when validation is off (`-c 0`). Older releases
-//! named the column `error`.
+//! X`. `#wrong` is `N/A` when validation is off (`-c 0`).
+//!
+//! Per version (nccl-tests `src/common.cu`): up to 2.11 the column is
+//! `error`, the largest difference seen (`%5.0le`, a float), and a check
+//! fails only beyond `DeltaMaxValue(type) * (nranks - 1)`; from 2.13 it
+//! is `#wrong`, a count of wrong elements. Both versions count the failed
+//! checks in `# Out of bounds values : N OK|FAILED`. A run that stops on
+//! an error prints `Test NCCL failure` or `Test CUDA failure`
+//! (`src/common.h`). Under `mpirun --tag-output` every line starts with
+//! `[job,rank]<stdout>:`.
 
 use super::ParseError;
 
@@ -51,6 +59,10 @@ impl AllReduceRun {
 struct Columns {
     busbw: [usize; 2],
     wrong: [usize; 2],
+    /// The data type's column.
+    ty: usize,
+    /// The `error` column of releases up to 2.11: the largest difference.
+    delta: bool,
     width: usize,
 }
 
@@ -58,6 +70,8 @@ impl Columns {
     const DEFAULT: Columns = Columns {
         busbw: [7, 11],
         wrong: [8, 12],
+        ty: 2,
+        delta: false,
         width: 13,
     };
 
@@ -76,13 +90,17 @@ impl Columns {
         };
         let busbw = find("busbw");
         let mut wrong = find("#wrong");
-        if wrong.is_empty() {
+        let delta = wrong.is_empty();
+        if delta {
             wrong = find("error");
         }
+        let ty = find("type").first().copied().unwrap_or(2);
         match (busbw.as_slice(), wrong.as_slice()) {
             ([a, b], [c, d]) => Some(Columns {
                 busbw: [*a, *b],
                 wrong: [*c, *d],
+                ty,
+                delta,
                 width: *d.max(b) + 1,
             }),
             _ => None,
@@ -99,10 +117,18 @@ pub fn parse(text: &str) -> Result<AllReduceRun, ParseError> {
         avg_busbw: None,
         out_of_bounds: None,
     };
+    let mut ranks = Ranks::default();
     for line in text.lines().take(super::MAX_LINES) {
-        let t = line.trim();
+        let t = untagged(line.trim());
+        if t.contains("Test NCCL failure") || t.contains("Test CUDA failure") {
+            return Err(ParseError::new(&format!(
+                "all_reduce_perf stopped: {}",
+                t.chars().take(200).collect::<String>()
+            )));
+        }
         if let Some(rest) = t.strip_prefix('#') {
             let rest = rest.trim();
+            ranks.read(rest);
             if let Some(v) = summary_value(rest, "Avg bus bandwidth") {
                 run.avg_busbw = v.split_whitespace().next().and_then(number);
             } else if let Some(v) = summary_value(rest, "Out of bounds values") {
@@ -123,10 +149,22 @@ pub fn parse(text: &str) -> Result<AllReduceRun, ParseError> {
         let (Some(out), Some(inp)) = (number(words[c.busbw[0]]), number(words[c.busbw[1]])) else {
             continue;
         };
-        let wrong = match (
-            wrong_count(words[c.wrong[0]]),
-            wrong_count(words[c.wrong[1]]),
-        ) {
+        let tolerance = c
+            .delta
+            .then(|| {
+                ranks
+                    .count()
+                    .map(|n| delta_max(words[c.ty]) * (n - 1) as f64)
+            })
+            .flatten();
+        let count = |w: &str| {
+            if c.delta {
+                delta_wrong(w, tolerance)
+            } else {
+                wrong_count(w)
+            }
+        };
+        let wrong = match (count(words[c.wrong[0]]), count(words[c.wrong[1]])) {
             (Some(Some(a)), Some(Some(b))) => Some(a + b),
             (Some(None), Some(None)) => None,
             (Some(a), Some(b)) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
@@ -164,8 +202,8 @@ fn number(w: &str) -> Option<f64> {
 }
 
 /// `0` -> `Some(Some(0))`, `N/A` -> `Some(None)`, garbage -> `None`.
-/// Older releases printed the error as a float (`0e+00`, `1.2e-03`): any
-/// non-zero value there is a wrong result.
+/// A float in a `#wrong` column (a table without header) is read as an
+/// `error` column whose tolerance is unknown.
 fn wrong_count(w: &str) -> Option<Option<u64>> {
     if w == "N/A" {
         return Some(None);
@@ -173,6 +211,70 @@ fn wrong_count(w: &str) -> Option<Option<u64>> {
     if let Ok(n) = w.parse::<u64>() {
         return Some(Some(n));
     }
+    delta_wrong(w, None)
+}
+
+/// An `error` column (the largest difference): a failed check when over
+/// the tolerance (any non-zero difference when it is not known).
+fn delta_wrong(w: &str, tolerance: Option<f64>) -> Option<Option<u64>> {
+    if w == "N/A" {
+        return Some(None);
+    }
     let v = w.parse::<f64>().ok().filter(|v| v.is_finite())?;
-    Some(Some(u64::from(v != 0.0)))
+    Some(Some(u64::from(v > tolerance.unwrap_or(0.0))))
+}
+
+/// nccl-tests' `DeltaMaxValue` by the type name the row prints (ints and
+/// names not known here: the strictest).
+fn delta_max(ty: &str) -> f64 {
+    match ty {
+        "half" | "bfloat16" => 1e-2,
+        "float" => 1e-5,
+        "double" => 1e-12,
+        _ => 1e-200,
+    }
+}
+
+/// How many ranks ran: the `# Rank N ...` lines of `# Using devices`
+/// (every process's, gathered by the first), else `nThread x nGpus` of
+/// the first header line (one process).
+#[derive(Default)]
+struct Ranks {
+    listed: usize,
+    threads_gpus: Option<usize>,
+}
+
+impl Ranks {
+    fn read(&mut self, rest: &str) {
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        match words.as_slice() {
+            ["Rank", n, ..] if n.parse::<u32>().is_ok() => self.listed += 1,
+            ["nThread", t, "nGpus", g, ..] => {
+                if let (Ok(t), Ok(g)) = (t.parse::<usize>(), g.parse::<usize>()) {
+                    self.threads_gpus = Some(t * g);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn count(&self) -> Option<usize> {
+        match (self.listed, self.threads_gpus) {
+            (0, n) => n.filter(|n| *n > 0),
+            (n, _) => Some(n),
+        }
+    }
+}
+
+/// A line without `mpirun --tag-output`'s `[job,rank]<stdout>:`.
+fn untagged(line: &str) -> &str {
+    if !line.starts_with('[') {
+        return line;
+    }
+    match line.find("]<stdout>:") {
+        Some(i) if line[1..i].bytes().all(|b| b.is_ascii_digit() || b == b',') => {
+            line[i + "]<stdout>:".len()..].trim()
+        }
+        _ => line,
+    }
 }

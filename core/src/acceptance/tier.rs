@@ -329,7 +329,8 @@ fn dcgm_gate(input: &TierInput<'_>, th: &InForce, left: Duration) -> (GateResult
         timeout_ms: limit(cfg.dcgm_timeout_s, left).as_millis() as u64,
         ..input.config.dcgm.clone()
     };
-    let outcome = dcgm::run_diag(&dc, input.search_path, &[]);
+    let all: Vec<u32> = input.snapshot.gpus.iter().map(|g| g.index).collect();
+    let outcome = dcgm::run_diag(&dc, input.search_path, &[], &all);
     let mut r = judge::judge_dcgm(&outcome, th, dc.level);
     if let DcgmOutcome::NotInstalled = outcome {
         r.detail = format!("{} not found", dc.dcgmi.display());

@@ -224,7 +224,8 @@ pub(super) fn resume_now(turn: &mut Turn<'_>, why: &str) -> HealthAction {
 /// what DCGM found) is made in a new turn, after the ledger was read
 /// again.
 fn confirm_with_dcgm(ctx: &RunContext, check: &NodeCheck) -> HealthAction {
-    let outcome = dcgm::run_diag(&ctx.config().dcgm, &ctx.search_path, &[]);
+    let all: Vec<u32> = check.snapshot.gpus.iter().map(|g| g.index).collect();
+    let outcome = dcgm::run_diag(&ctx.config().dcgm, &ctx.search_path, &[], &all);
     log::info!("before returning {}: {}", ctx.node, outcome.describe());
     let found = outcome.findings();
     let mut turn = match Turn::take(ctx) {

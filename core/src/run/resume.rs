@@ -189,7 +189,8 @@ fn checks_now(ctx: &RunContext) -> Vec<String> {
     };
     let mut check = node_check::check_node(ctx, opts);
     if ctx.config().dcgm.before_return {
-        let outcome = dcgm::run_diag(&ctx.config().dcgm, &ctx.search_path, &[]);
+        let all: Vec<u32> = check.snapshot.gpus.iter().map(|g| g.index).collect();
+        let outcome = dcgm::run_diag(&ctx.config().dcgm, &ctx.search_path, &[], &all);
         log::warn!("{}", outcome.describe());
         check.findings.extend(outcome.findings());
     }

@@ -29,7 +29,7 @@ impl Check for Dcgm {
         if !io.config.dcgm.strict_jobs {
             return;
         }
-        let outcome = run_diag(&io.config.dcgm, io.search_path, &job.gpus);
+        let outcome = run_diag(&io.config.dcgm, io.search_path, &job.gpus, &job.gpus);
         log::info!("strict job: {}", outcome.describe());
         evidence.insert(Diag(outcome));
     }

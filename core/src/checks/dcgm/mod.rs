@@ -21,6 +21,8 @@ use crate::finding::{Action, Finding};
 use crate::process::{self, RunError};
 
 mod check;
+mod report;
+mod verdict;
 pub use check::{Dcgm, Diag};
 
 /// Where dcgmi may be besides PATH (HealthCheckProgram runs without PATH).
@@ -103,8 +105,14 @@ impl DcgmOutcome {
     }
 }
 
-/// Run the diag on `gpus` (all GPUs when empty).
-pub fn run_diag(cfg: &DcgmConfig, search_path: &[PathBuf], gpus: &[u32]) -> DcgmOutcome {
+/// Run the diag on `gpus` (all GPUs when empty); it passes only when
+/// every GPU of `expected` (the job's, or all the node has) is proven.
+pub fn run_diag(
+    cfg: &DcgmConfig,
+    search_path: &[PathBuf],
+    gpus: &[u32],
+    expected: &[u32],
+) -> DcgmOutcome {
     let Some(dcgmi) = resolve(cfg, search_path) else {
         return DcgmOutcome::NotInstalled;
     };
@@ -136,20 +144,29 @@ pub fn run_diag(cfg: &DcgmConfig, search_path: &[PathBuf], gpus: &[u32]) -> Dcgm
             why: format!("no answer within {} ms (killed)", cfg.timeout_ms),
             timed_out: true,
         },
-        Ok(done) => interpret(done.status.code(), &done.stdout, &done.stderr),
+        Ok(done) => interpret(done.status.code(), &done.stdout, &done.stderr, expected),
     }
 }
 
 /// Pure: dcgmi's exit status and output to an outcome.
-pub fn interpret(code: Option<i32>, stdout: &str, stderr: &str) -> DcgmOutcome {
+/// `expected`: the GPUs the diag must prove (empty: those it names).
+pub fn interpret(code: Option<i32>, stdout: &str, stderr: &str, expected: &[u32]) -> DcgmOutcome {
     if let Some(doc) = json_document(stdout) {
-        if let Some(results) = collect_results(&doc) {
-            if !results.is_empty() {
-                return judge(&results);
-            }
+        let Some(report) = report::read(&doc) else {
+            return unavailable(&format!(
+                "dcgmi printed JSON with neither {:?} (DCGM 4.x) nor {:?} (3.x): not a diag report",
+                report::V4_KEY,
+                report::V3_KEY
+            ));
+        };
+        if report.results.iter().any(|r| !r.summary) {
+            return verdict::judge(&report, expected);
         }
-        if let Some(err) = runtime_error(&doc) {
-            return unavailable(&err);
+        if let Some(err) = &report.runtime_error {
+            return unavailable(&format!("{}: {err}", report.printed_by));
+        }
+        if !report.results.is_empty() {
+            return verdict::judge(&report, expected);
         }
     }
     let text = format!("{} {}", stdout.trim(), stderr.trim());
@@ -189,192 +206,28 @@ fn one_line(s: &str) -> String {
         .collect()
 }
 
-/// The JSON object in dcgmi's output (older versions print a line of
-/// text before it).
+/// The JSON document in dcgmi's output: the first line that opens an
+/// object and parses (text may come before it, and after it). At most 8
+/// lines are tried, so that a large garbled answer costs one pass.
 fn json_document(stdout: &str) -> Option<Value> {
-    let start = stdout.find('{')?;
-    let end = stdout.rfind('}')?;
-    serde_json::from_str(stdout.get(start..=end)?).ok()
-}
-
-fn runtime_error(doc: &Value) -> Option<String> {
-    let d = doc.get("DCGM GPU Diagnostic").unwrap_or(doc);
-    ["runtime_error", "error", "errors"]
-        .iter()
-        .find_map(|k| d.get(*k))
-        .map(|v| match v {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        })
-}
-
-/// One test result for one GPU (or for all, deployment tests).
-#[derive(Debug, Clone, PartialEq)]
-struct TestResult {
-    category: Option<String>,
-    test: String,
-    gpu: Option<u32>,
-    status: String,
-    warnings: Vec<String>,
-    hardware_error_category: bool,
-}
-
-/// DCGM 3.x (`"DCGM GPU Diagnostic": {"test_categories": [...]}`) and
-/// 4.x (top-level `"tests": [...]`, results per entity).
-fn collect_results(doc: &Value) -> Option<Vec<TestResult>> {
-    let mut out = Vec::new();
-    if let Some(cats) = doc
-        .get("DCGM GPU Diagnostic")
-        .and_then(|d| d.get("test_categories"))
-        .and_then(Value::as_array)
-    {
-        for cat in cats {
-            let category = cat
-                .get("category")
-                .and_then(Value::as_str)
-                .map(str::to_string);
-            for t in cat
-                .get("tests")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                push_test(&mut out, category.clone(), t);
-            }
+    let mut offset = 0;
+    let mut tries = 0;
+    for line in stdout.split_inclusive('\n') {
+        let start = offset + (line.len() - line.trim_start().len());
+        offset += line.len();
+        if !line.trim_start().starts_with('{') {
+            continue;
         }
-        return Some(out);
-    }
-    let tests = doc.get("tests").and_then(Value::as_array)?;
-    for t in tests {
-        let category = t
-            .get("category")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        push_test(&mut out, category, t);
-    }
-    Some(out)
-}
-
-fn push_test(out: &mut Vec<TestResult>, category: Option<String>, t: &Value) {
-    let test = t
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or("unnamed")
-        .to_string();
-    for r in t
-        .get("results")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let gpu = ["gpu_id", "gpu_ids", "entity_id"]
-            .iter()
-            .find_map(|k| r.get(*k))
-            .and_then(|v| match v {
-                Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
-                Value::String(s) => s.trim().parse().ok(),
-                _ => None,
-            });
-        let mut warnings = Vec::new();
-        let mut hardware_error_category = false;
-        for w in r
-            .get("warnings")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            match w {
-                Value::String(s) => warnings.push(s.clone()),
-                Value::Object(o) => {
-                    if let Some(s) = o.get("warning").and_then(Value::as_str) {
-                        warnings.push(s.to_string());
-                    }
-                    // DCGM_FR_EC_HARDWARE_* are 9..=15.
-                    if o.get("error_category")
-                        .and_then(Value::as_u64)
-                        .is_some_and(|c| (9..=15).contains(&c))
-                    {
-                        hardware_error_category = true;
-                    }
-                }
-                _ => {}
-            }
+        let mut de = serde_json::Deserializer::from_str(&stdout[start..]).into_iter::<Value>();
+        if let Some(Ok(v)) = de.next() {
+            return Some(v);
         }
-        out.push(TestResult {
-            category: category.clone(),
-            test: test.clone(),
-            gpu,
-            status: r
-                .get("status")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_ascii_lowercase(),
-            warnings,
-            hardware_error_category,
-        });
+        tries += 1;
+        if tries == 8 {
+            return None;
+        }
     }
-}
-
-/// Deployment checks whose failure means broken hardware, not setup.
-const HARDWARE_DEPLOYMENT_WORDS: &[&str] = &["row remap", "page retire", "inforom"];
-
-fn is_hardware(r: &TestResult) -> bool {
-    let name = r.test.to_ascii_lowercase();
-    let text = r.warnings.join(" ").to_ascii_lowercase();
-    let deployment = r
-        .category
-        .as_deref()
-        .is_some_and(|c| c.eq_ignore_ascii_case("deployment"))
-        || name == "software";
-    if !deployment {
-        return true;
-    }
-    r.hardware_error_category
-        || HARDWARE_DEPLOYMENT_WORDS
-            .iter()
-            .any(|w| name.contains(w) || text.contains(w))
-}
-
-fn judge(results: &[TestResult]) -> DcgmOutcome {
-    let failed: Vec<&TestResult> = results.iter().filter(|r| r.status == "fail").collect();
-    if failed.is_empty() {
-        return DcgmOutcome::Passed {
-            tests: results.len(),
-        };
-    }
-    let findings = failed
-        .into_iter()
-        .map(|r| {
-            let action = if is_hardware(r) {
-                Action::Drain
-            } else {
-                Action::Warn
-            };
-            let detail = if r.warnings.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", one_line(&r.warnings.join("; ")))
-            };
-            let message = format!(
-                "DCGM diagnostic test {:?} failed{}{}",
-                r.test,
-                r.gpu.map(|g| format!(" on GPU{g}")).unwrap_or_default(),
-                detail
-            );
-            match r.gpu {
-                Some(g) => Finding::gpu(
-                    "dcgm",
-                    action,
-                    g,
-                    None,
-                    format!("DCGM {} GPU{g} failed", r.test),
-                    message,
-                ),
-                None => Finding::node("dcgm", action, format!("DCGM {} failed", r.test), message),
-            }
-        })
-        .collect();
-    DcgmOutcome::Failed(findings)
+    None
 }
 
 /// Largest output kept from dcgmi.

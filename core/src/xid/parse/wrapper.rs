@@ -52,12 +52,27 @@ pub(crate) fn unwrap(line: &[u8]) -> Option<Unwrapped<'_>> {
             if looks_iso(line) {
                 return iso_line(line);
             }
+            if let Some(journal) = journal_line(line) {
+                return journal;
+            }
             unwrap_syslog(line)
         }
         b'<' => raw_line(line),
         b'[' => {
             let (stamp, body, parts) = dmesg_prefix(line);
-            (parts > 0).then_some(Unwrapped {
+            if parts == 0 {
+                return None;
+            }
+            // `journalctl -o short-monotonic`: `[  813.444301] host kernel: `.
+            if let Some(body) = kernel_tagged(body) {
+                return Some(Unwrapped {
+                    stamp,
+                    seq: None,
+                    body,
+                    wrapper: Wrapper::Syslog,
+                });
+            }
+            Some(Unwrapped {
                 stamp,
                 seq: None,
                 body,
@@ -68,6 +83,9 @@ pub(crate) fn unwrap(line: &[u8]) -> Option<Unwrapped<'_>> {
         _ => {
             if let Some(decoded) = decoded_line(line) {
                 return decoded;
+            }
+            if let Some(journal) = journal_line(line) {
+                return journal;
             }
             unwrap_syslog(line).or_else(|| bare(line))
         }
@@ -90,12 +108,27 @@ pub(crate) fn wrapper_len(line: &[u8]) -> Option<usize> {
 /// pass for the start of another record.
 pub(crate) fn has_syslog_header(line: &[u8]) -> bool {
     let clock_shaped = |t: &[u8]| t.len() >= 8 && t[2] == b':' && t[5] == b':';
+    let tagged = |rest: &[u8]| syslog_tagged(rest) || tag_first(rest);
     if let Some((_, rest)) = syslog_header(line) {
         let time = &line[..line.len() - rest.len() - 1];
         let time = &time[time.iter().rposition(|&b| b == b' ').map_or(0, |i| i + 1)..];
-        return clock_shaped(time) && syslog_tagged(rest);
+        return clock_shaped(time) && tagged(rest);
     }
-    looks_iso(line) && memchr::memchr(b' ', line).is_some_and(|sp| syslog_tagged(&line[sp + 1..]))
+    if let Some((_, rest)) = journal_stamp(line) {
+        return tagged(rest);
+    }
+    if line.first() == Some(&b'[') {
+        let (_, rest, parts) = dmesg_prefix(line);
+        return parts > 0 && kernel_tagged(rest).is_some();
+    }
+    looks_iso(line) && memchr::memchr(b' ', line).is_some_and(|sp| tagged(&line[sp + 1..]))
+}
+
+/// Whether `rest` starts with a syslog tag and no host before it
+/// (`journalctl --no-hostname`): `tag: ` or `tag[pid]: `.
+fn tag_first(rest: &[u8]) -> bool {
+    let word = &rest[..memchr::memchr(b' ', rest).unwrap_or(rest.len())];
+    word.len() > 1 && word.ends_with(b":") && rest.len() > word.len() && rest[0] != b'['
 }
 
 /// Whether a source that wraps a line this way wraps every line of a
@@ -256,13 +289,70 @@ fn dmesg_prefix(mut rest: &[u8]) -> (Stamp, &[u8], usize) {
     (stamp, rest, parts)
 }
 
+/// journalctl's own stamps, which neither syslog nor `dmesg` print:
+/// `-o short-unix` (`1795959001.200300 `) and `-o short-full`
+/// (`Sun 2026-11-29 13:30:01 UTC `, the day in the locale's words): the
+/// stamp and what follows it.
+fn journal_stamp(line: &[u8]) -> Option<(Stamp, &[u8])> {
+    let sp = memchr::memchr(b' ', line)?;
+    let (word, rest) = (&line[..sp], &line[sp + 1..]);
+    if let Some(stamp) = unix_seconds(word) {
+        return Some((stamp, rest));
+    }
+    if word.is_empty()
+        || word.len() > 16
+        || word[0].is_ascii_digit()
+        || word.iter().any(|&b| b < b' ' || b == b':' || b == b'[')
+        || !looks_iso(rest)
+    {
+        return None;
+    }
+    let mut parts = rest.splitn(4, |&b| b == b' ');
+    let (date, time, zone, after) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if date.len() != 10 || !time.first().is_some_and(u8::is_ascii_digit) || zone.is_empty() {
+        return None;
+    }
+    let mut iso = [date, b"T", time].concat();
+    if zone == b"UTC" || zone == b"GMT" {
+        iso.push(b'Z');
+    }
+    Some((stamps::iso(&iso), after))
+}
+
+/// `-o short-unix`'s `seconds.micros`.
+fn unix_seconds(word: &[u8]) -> Option<Stamp> {
+    let dot = memchr::memchr(b'.', word)?;
+    let (secs, frac) = (&word[..dot], &word[dot + 1..]);
+    let digits = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
+    if secs.len() > 12 || frac.len() != 6 || !digits(secs) || !digits(frac) {
+        return None;
+    }
+    let secs: i64 = std::str::from_utf8(secs).ok()?.parse().ok()?;
+    let micros: i64 = std::str::from_utf8(frac).ok()?.parse().ok()?;
+    Some(Stamp::Unix {
+        ms: secs * 1000 + micros / 1000,
+    })
+}
+
+/// A line with one of journalctl's own stamps; `Some(None)` when it is
+/// not the kernel's.
+fn journal_line(line: &[u8]) -> Option<Option<Unwrapped<'_>>> {
+    let (stamp, rest) = journal_stamp(line)?;
+    Some(kernel_tagged(rest).map(|body| Unwrapped {
+        stamp,
+        seq: None,
+        body,
+        wrapper: Wrapper::Syslog,
+    }))
+}
+
 /// A line that starts with an ISO stamp: syslog's (`<stamp> host tag:
 /// msg`, only the tag `kernel:` counts) or `dmesg --time-format iso`'s
 /// (`<stamp> msg`).
 fn iso_line(line: &[u8]) -> Option<Unwrapped<'_>> {
     let end = memchr::memchr(b' ', line)?;
     let rest = &line[end + 1..];
-    if syslog_tagged(rest) {
+    if syslog_tagged(rest) || rest.starts_with(b"kernel: ") {
         return Some(Unwrapped {
             stamp: stamps::iso(&line[..end]),
             seq: None,
@@ -335,10 +425,21 @@ fn syslog_tagged(rest: &[u8]) -> bool {
     }
 }
 
-/// `host kernel: [  123.456] msg` after a syslog time stamp: the message.
+/// `host kernel: [  123.456] msg` after a syslog time stamp (or
+/// `kernel: msg`, `journalctl --no-hostname`): the message.
 fn kernel_tagged(rest: &[u8]) -> Option<&[u8]> {
-    let sp = memchr::memchr(b' ', rest)?;
-    let body = rest[sp + 1..].strip_prefix(b"kernel: ")?;
+    let body = match rest.strip_prefix(b"kernel: ") {
+        Some(body) => body,
+        None => {
+            let sp = memchr::memchr(b' ', rest)?;
+            // A host name never ends with `:`, a tag does: `prog[1]:
+            // kernel: ...` is what a program wrote.
+            if rest[..sp].ends_with(b":") {
+                return None;
+            }
+            rest[sp + 1..].strip_prefix(b"kernel: ")?
+        }
+    };
     // rsyslog may keep the kernel's own monotonic stamp; drop it.
     if body.first() == Some(&b'[') {
         if let Some(close) = memchr::memchr(b']', body) {

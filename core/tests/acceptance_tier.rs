@@ -391,6 +391,7 @@ fn dcgm_4_passes_only_when_every_gpu_of_the_node_is_proven() {
             hcas: &[],
             search_path: &[],
             job_running: None,
+            had: &Default::default(),
         });
         let r = &out.results[0];
         assert_eq!(r.verdict, verdict, "{mode}: {r:?}");

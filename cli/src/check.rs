@@ -4,6 +4,7 @@ use gpu_health_core::checks::JobContext;
 use gpu_health_core::config::ConfigError;
 use gpu_health_core::finding::{drain_reason, Action, Finding};
 use gpu_health_core::ids::JobId;
+use gpu_health_core::ledger::NodeState;
 use gpu_health_core::probe;
 use gpu_health_core::run::preview::{self, WouldDo};
 use gpu_health_core::run::{node_check, RunContext};
@@ -31,6 +32,9 @@ struct Report<'a> {
     /// The acceptance tier the node waits for after a boot, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     acceptance_due: Option<String>,
+    /// Where the node is in its lifecycle, as its fault ledger says
+    /// (docs/operations.md, "Node lifecycle").
+    lifecycle: &'static str,
 }
 
 #[derive(Serialize)]
@@ -158,6 +162,9 @@ pub fn run(p: &Parsed, start: impl FnOnce() -> RunContext) -> i32 {
         worst: worst.map_or("ok", Action::as_str),
         prolog_would: PrologWould::of(&would),
         acceptance_due: preview::acceptance_due(&ctx),
+        lifecycle: gpu_health_core::run::act::peek(&ctx)
+            .map_or(NodeState::InService, |l| NodeState::of(&l))
+            .as_str(),
     };
     if p.flag("json") {
         match serde_json::to_string_pretty(&report) {
@@ -291,6 +298,7 @@ fn print_table(r: &Report<'_>, fallback: &str) {
         ),
         None => println!("verdict: {}", r.worst),
     }
+    println!("lifecycle: {}", r.lifecycle);
     println!("{}", printable(&r.prolog_would.text));
     if let Some(due) = &r.acceptance_due {
         println!("{}", printable(due));

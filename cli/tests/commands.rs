@@ -94,6 +94,8 @@ fn check_shows_the_configuration_error_and_the_action() {
             && l.contains("configuration error: nothing would drain")),
         "{out}"
     );
+    // Where the node is in its lifecycle (no ledger: in service).
+    assert!(out.contains("\nlifecycle: in service\n"), "{out}");
     // What the prolog would do follows the verdict, on the defaults too.
     assert!(
         out.lines().last().unwrap().starts_with("the prolog would "),

@@ -226,4 +226,61 @@ mod tests {
     fn a_new_ledger_is_in_service() {
         assert_eq!(NodeState::of(&Ledger::new("n1")), NodeState::InService);
     }
+
+    fn xid(code: u32, action: Action, remedy: Remedy) -> crate::finding::Finding {
+        let mut f = crate::finding::Finding::gpu(
+            "xid",
+            action,
+            3,
+            None,
+            format!("Xid {code} GPU3"),
+            "x".into(),
+        )
+        .with_remedy(remedy);
+        f.code = Some(code);
+        f
+    }
+
+    #[test]
+    fn the_state_follows_the_ledger() {
+        use crate::config::{RecoveryConfig, RemediationConfig};
+        use crate::ledger::tests::view;
+        use crate::ledger::Recorded;
+        let see = |l: &mut Ledger, f| {
+            l.observe(
+                &[f],
+                &view(0),
+                &RecoveryConfig::default(),
+                &RemediationConfig::default(),
+            )
+        };
+        let drained = |l: &mut Ledger| {
+            l.record(
+                &Recorded::Drained {
+                    reason: "gpu-health: x (drain)".into(),
+                },
+                true,
+                0,
+            )
+        };
+        let mut l = Ledger::new("n1");
+        see(&mut l, xid(31, Action::DrainUntilClean, Remedy::Person));
+        assert_eq!(
+            NodeState::of(&l),
+            NodeState::HeldBack,
+            "found, not drained yet"
+        );
+        drained(&mut l);
+        assert_eq!(NodeState::of(&l), NodeState::DrainedUntilClean);
+        see(&mut l, xid(48, Action::Drain, Remedy::Person));
+        drained(&mut l);
+        assert_eq!(NodeState::of(&l), NodeState::DrainedForPerson);
+        let mut r = Ledger::new("n1");
+        see(&mut r, xid(79, Action::Drain, Remedy::Reboot));
+        drained(&mut r);
+        r.reboot_requested(0, "b0", vec!["Xid 79".into()], false);
+        assert_eq!(NodeState::of(&r), NodeState::RebootAsked);
+        r.faults[0].remedy = Remedy::Inspection;
+        assert_eq!(NodeState::of(&r), NodeState::Inspection);
+    }
 }

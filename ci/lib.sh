@@ -316,7 +316,7 @@ gh_sbatch() {
 # --- whole-cluster reset (between tests) ---------------------------------
 
 # Cancel all jobs, healthy scenario and good drop-in everywhere, empty
-# kernel logs and state, resume every node, wait until all are idle.
+# kernel logs, state and Comments, resume every node, wait until all are idle.
 gh_reset_cluster() {
     local node deadline
     scancel --user=root 2>/dev/null || true
@@ -330,6 +330,10 @@ gh_reset_cluster() {
         : >"$(gh_kernel_log "$node")"
         rm -rf "${GH_DIR:?}/$node/state"
         mkdir -p "$GH_DIR/$node/state"
+        # What gpu-health keeps in the Comment (brake words, the reboots
+        # it asked for) outlives its state directory: a test starts
+        # without them.
+        scontrol update "NodeName=$node" Comment= 2>/dev/null || true
     done
     for node in $(gh_nodes); do gh_resume_node "$node" || true; done
     for node in $(gh_nodes); do

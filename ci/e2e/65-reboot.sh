@@ -361,3 +361,47 @@ test_a_dbe_while_the_reboot_waits_keeps_the_node_out() {
     assert_match "$(gh_job_field "$j2" JobState)" 'PENDING' "the job for n3 did not start"
     assert_contains "$(gh_cat "$(gh_gpu_health_log n3)")" "withdrew the reboot of n3" "n3's log says why"
 }
+
+# rb_empty_state NODE: the files of NODE's gpu-health state directory
+# gone, as on a node whose state directory is emptied at every boot.
+rb_empty_state() { find "${GH_DIR:?}/$1/state" -mindepth 1 -delete; }
+
+rb_comment() { scontrol -o show node "$1" | tr ' ' '\n' | sed -n 's/^Comment=//p'; }
+
+# 6. A state directory emptied at every boot (diskless nodes, issue 35):
+#    the reboots gpu-health asked for are kept in the node's Comment and
+#    read back, so a fault back after every boot still ends in
+#    `(hardware inspection)` after max_reboots (2), with no third reboot
+#    asked.
+test_the_reboot_count_holds_when_the_state_directory_is_emptied_at_every_boot() {
+    GH_FOCUS=n3
+    local job round reason rc comment
+    rb_begin n3 || return 0
+    for round in 1 2; do
+        rb_xid79 n3
+        job=$(gh_sbatch -w n3 --gres=gpu:8 --wrap true)
+        rc=0
+        rb_wait_reboot_asked "$round" 60 || rc=$?
+        assert_eq "$rc" 0 "round $round: Slurm ran the RebootProgram for n3 ($(rb_reboot_count) in all)"
+        assert_match "$(gh_node_reason n3)" '\(reboot\)( : reboot issued)?$' "round $round: the reason says the reboot"
+        rb_empty_state n3
+        assert_eq "$(find "$GH_DIR/n3/state" -mindepth 1 | wc -l)" 0 "round $round: n3's state directory is empty at the boot"
+        rb_come_back n3 || true
+        rc=0
+        gh_wait_job_state "$job" COMPLETED 90 || rc=$?
+        assert_eq "$rc" 0 "round $round: Slurm returned n3 and the job ran ($(gh_job_field "$job" JobState))"
+    done
+    comment=$(rb_comment n3)
+    gh_say "    n3's Comment after two reboots: $comment"
+    assert_match "$comment" '(^|,)gpu-health-reboots:[0-9]+=Xid_79;[0-9]+=Xid_79(,|$)' "n3's Comment keeps its two reboots"
+    rb_xid79 n3
+    job=$(gh_sbatch -w n3 --gres=gpu:8 --wrap true)
+    assert_node_state n3 '.*drain.*' 30 "n3 is drained a third time"
+    reason=$(gh_node_reason n3)
+    assert_match "$reason" '^gpu-health: .*Xid 79.*\(hardware inspection\)$' "for hardware inspection ($reason)"
+    sleep 8
+    assert_eq "$(rb_reboot_count)" 2 "no third reboot was asked for"
+    assert_match "$(gh_job_field "$job" JobState)" 'PENDING' "the job waits for n3"
+    assert_contains "$(gh_cat "$(gh_gpu_health_log n3)")" "read back from its Slurm Comment" "n3's log says the reboots were read back"
+    gh_say "    n3's Comment after the inspection drain: $(rb_comment n3)"
+}

@@ -403,5 +403,7 @@ test_the_reboot_count_holds_when_the_state_directory_is_emptied_at_every_boot() 
     assert_eq "$(rb_reboot_count)" 2 "no third reboot was asked for"
     assert_match "$(gh_job_field "$job" JobState)" 'PENDING' "the job waits for n3"
     assert_contains "$(gh_cat "$(gh_gpu_health_log n3)")" "read back from its Slurm Comment" "n3's log says the reboots were read back"
-    gh_say "    n3's Comment after the inspection drain: $(rb_comment n3)"
+    comment=$(rb_comment n3)
+    gh_say "    n3's Comment after the inspection drain: $comment"
+    assert_match "$comment" '(^|,)gpu-health-reboots:[0-9]+=Xid_79;[0-9]+=Xid_79(,|$)' "the inspection drain keeps the two reboots in n3's Comment"
 }

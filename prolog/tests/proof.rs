@@ -292,4 +292,10 @@ fn the_reboot_count_holds_when_the_state_directory_is_emptied_at_every_boot() {
         run.log
     );
     assert_eq!(r.reboots().len(), 2, "no third reboot");
+    // The inspection drain kept them in the Comment beside its stamp.
+    let comment = r.c.comment("n1").unwrap_or_default();
+    assert!(
+        comment.contains("gpu-health-drained:") && comment.matches("=Xid_79").count() == 2,
+        "{comment:?}"
+    );
 }

@@ -172,6 +172,15 @@ pub fn act(turn: &mut Turn<'_>, findings: &[Finding], view: &RunView) -> ActOutc
             None => super::withdraw_reboot::withdraw_reboot(turn, reason),
         }
     }
+    // The brake's claim and drain stamp wrote the Comment whole: the
+    // reboots kept there (for a state directory emptied at a boot) go
+    // back, unless the reboot just asked wrote them already.
+    if planned.comment_rewritten
+        && turn.ledger().reboot_asked.is_none()
+        && !turn.ledger().reboots.is_empty()
+    {
+        super::reboot_history::keep(turn);
+    }
     stages::write_down(turn, planned, fresh, view)
 }
 

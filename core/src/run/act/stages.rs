@@ -88,6 +88,9 @@ pub(super) struct Planned {
     pub drain: Option<DrainOutcome>,
     /// Faults an admin answered by returning the node outside gpu-health.
     pub answered: usize,
+    /// A new drain went through the brake: its claim and drain stamp
+    /// rewrote the node's Comment.
+    pub comment_rewritten: bool,
 }
 
 /// The reboot the ledger wants now (never on a broken configuration).
@@ -112,6 +115,7 @@ pub(super) fn drain_as_planned(turn: &mut Turn<'_>, found: &[FaultId], view: &Ru
         reboot,
         drain: None,
         answered: 0,
+        comment_rewritten: false,
     };
     planned.drain = match planned.plan.clone() {
         Plan::Quiet => None,
@@ -126,7 +130,10 @@ pub(super) fn drain_as_planned(turn: &mut Turn<'_>, found: &[FaultId], view: &Ru
         } => redrain_ours(turn, &reason, found, view, &mut planned),
         Plan::Drain {
             reason, look_first, ..
-        } => Some(drain_new(turn, &reason, look_first)),
+        } => {
+            planned.comment_rewritten = true;
+            Some(drain_new(turn, &reason, look_first))
+        }
     };
     planned
 }
@@ -179,7 +186,10 @@ fn redrain_ours(
             match planned.plan.clone() {
                 Plan::Drain {
                     reason, look_first, ..
-                } => Some(drain_new(turn, &reason, look_first)),
+                } => {
+                    planned.comment_rewritten = true;
+                    Some(drain_new(turn, &reason, look_first))
+                }
                 _ => None,
             }
         }

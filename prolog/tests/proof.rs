@@ -197,10 +197,12 @@ fn a_step_that_waits_says_why() {
     assert!(line.contains("of the health check's 60 s"), "{line}");
 }
 
-#[test]
-fn a_fault_for_a_person_while_the_reboot_waits_keeps_slurm_from_returning_it() {
-    // No tier: the reboot is asked with nextstate=RESUME.
-    let r = Rebooting::new("h100x8-healthy", "");
+/// An uncorrectable ECC error (Xid 48): a fault for a person.
+const DBE: &str = "48, pid=4200, name=python3, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 3, subpartition 0.";
+
+/// Xid 79 drains the node and asks Slurm's reboot with nextstate=RESUME
+/// (no tier), which waits for the running jobs.
+fn xid79_waits_for_its_reboot(r: &Rebooting) {
     r.xid79();
     let run = r.health_check();
     assert_eq!(
@@ -209,8 +211,15 @@ fn a_fault_for_a_person_while_the_reboot_waits_keeps_slurm_from_returning_it() {
         "{}",
         run.log
     );
+}
+
+#[test]
+fn a_fault_for_a_person_while_the_reboot_waits_keeps_slurm_from_returning_it() {
+    // No tier: the reboot is asked with nextstate=RESUME.
+    let r = Rebooting::new("h100x8-healthy", "");
+    xid79_waits_for_its_reboot(&r);
     // The jobs still run; an uncorrectable ECC error comes (Xid 48).
-    r.xid("48, pid=4200, name=python3, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 3, subpartition 0.");
+    r.xid(DBE);
     let run = r.health_check();
     assert!(r.reason().ends_with(" (drain)"), "{}", run.log);
     assert_ne!(
@@ -232,21 +241,14 @@ fn a_fault_for_a_person_while_the_reboot_waits_keeps_slurm_from_returning_it() {
 #[test]
 fn a_reboot_someone_withdrew_already_is_forgotten_and_the_node_stays_drained() {
     let r = Rebooting::new("h100x8-healthy", "");
-    r.xid79();
-    let run = r.health_check();
-    assert_eq!(
-        r.c.reboot_pending("n1").as_deref(),
-        Some("RESUME"),
-        "{}",
-        run.log
-    );
+    xid79_waits_for_its_reboot(&r);
     // An admin cancels it (the node stays drained, as on every series).
     let out = std::process::Command::new(r.c.scontrol())
         .args(["cancel_reboot", "n1"])
         .output()
         .unwrap();
     assert!(out.status.success());
-    r.xid("48, pid=4200, name=python3, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 3, subpartition 0.");
+    r.xid(DBE);
     let run = r.health_check();
     assert!(r.reason().ends_with(" (drain)"), "{}", run.log);
     assert!(run.log.contains("no reboot of it pending"), "{}", run.log);

@@ -23,8 +23,9 @@ use crate::finding::{is_own_reason, MAX_REASON_LEN};
 use crate::ids::NodeName;
 use crate::process::{self, Ended, Flow, RunError};
 
+pub mod comment;
 mod node_info;
-pub mod reboots_word;
+pub use comment::{claim_comment, withdrawn_comment, CLAIM_PREFIX, DRAINED_PREFIX};
 pub mod show_config;
 pub use node_info::NodeInfo;
 
@@ -44,33 +45,6 @@ pub enum SlurmError {
     BudgetSpent { budget_ms: u64 },
     #[error("scontrol listed more than {limit} nodes; not reading a node table that large")]
     TooManyNodes { limit: usize },
-}
-
-/// What a brake claim's Comment starts with; the stamp (unix ms of the
-/// claiming node's clock) follows.
-pub const CLAIM_PREFIX: &str = "gpu-health-claim:";
-
-/// What the Comment of a node gpu-health drained through the brake
-/// starts with; the drain's time (unix ms of the draining node's clock)
-/// follows. The brake's time window counts these (`ops::brake`).
-pub const DRAINED_PREFIX: &str = "gpu-health-drained:";
-
-/// The Comment of the brake's claim at `stamp_ms` on a node whose own
-/// earlier drain was stamped `kept`: the claim, then that stamp, one word
-/// (`gpu-health-claim:<ms>,gpu-health-drained:<ms>`), so that the time
-/// window still counts that drain while the claim stands.
-pub fn claim_comment(stamp_ms: u64, kept: Option<u64>) -> String {
-    match kept {
-        Some(d) => format!("{CLAIM_PREFIX}{stamp_ms},{DRAINED_PREFIX}{d}"),
-        None => format!("{CLAIM_PREFIX}{stamp_ms}"),
-    }
-}
-
-/// The Comment once a claim is withdrawn: the node's own drain stamp
-/// back, or nothing.
-pub fn withdrawn_comment(kept: Option<u64>) -> String {
-    kept.map(|d| format!("{DRAINED_PREFIX}{d}"))
-        .unwrap_or_default()
 }
 
 /// What Slurm does with a node after the reboot gpu-health asked for.
@@ -204,7 +178,7 @@ impl<'a> Scontrol<'a> {
     }
 
     /// Set `node`'s Comment to `comment` (gpu-health's words only:
-    /// `reboots_word::comment_with` never overwrites another's note).
+    /// `comment::comment_with` never overwrites another's note).
     pub fn set_comment(&self, node: &NodeName, comment: &str) -> Result<(), SlurmError> {
         let arg = format!("Comment={comment}");
         self.run(&["update", &format!("NodeName={node}"), &arg])

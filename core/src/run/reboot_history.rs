@@ -5,7 +5,7 @@
 //! it finds a fault a reboot clears (before it decides).
 
 use crate::finding::Finding;
-use crate::slurm::reboots_word::{comment_with, reboots_in, reboots_word};
+use crate::slurm::comment::{comment_with, reboots_in, reboots_word};
 
 use super::act::Turn;
 

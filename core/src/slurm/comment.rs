@@ -1,12 +1,38 @@
-//! The reboots gpu-health asked for a node, kept in the node's Comment
-//! beside the brake's words, so that they survive a state directory
-//! emptied at every boot (diskless nodes): `gpu-health-reboots:` then
-//! `<unix s>=<kind>` entries joined by `;` (`Xid 79` written `Xid_79`),
-//! one comma-separated word of the Comment
-//! (`gpu-health-drained:<ms>,gpu-health-reboots:1767000000=Xid_79`).
+//! gpu-health's words in a node's Slurm Comment, joined by commas into
+//! one word: the drain brake's claim and drain stamp, and the reboots
+//! gpu-health asked for, kept beside them so that they survive a state
+//! directory emptied at every boot (diskless nodes):
+//! `gpu-health-reboots:` then `<unix s>=<kind>` entries joined by `;`
+//! (`Xid 79` written `Xid_79`), as in
+//! `gpu-health-drained:<ms>,gpu-health-reboots:1767000000=Xid_79`.
 //! Slurm keeps a node's Comment across its reboots and resumes.
 
-use super::{CLAIM_PREFIX, DRAINED_PREFIX};
+/// What a brake claim's Comment starts with; the stamp (unix ms of the
+/// claiming node's clock) follows.
+pub const CLAIM_PREFIX: &str = "gpu-health-claim:";
+
+/// What the Comment of a node gpu-health drained through the brake
+/// starts with; the drain's time (unix ms of the draining node's clock)
+/// follows. The brake's time window counts these (`ops::brake`).
+pub const DRAINED_PREFIX: &str = "gpu-health-drained:";
+
+/// The Comment of the brake's claim at `stamp_ms` on a node whose own
+/// earlier drain was stamped `kept`: the claim, then that stamp, one word
+/// (`gpu-health-claim:<ms>,gpu-health-drained:<ms>`), so that the time
+/// window still counts that drain while the claim stands.
+pub fn claim_comment(stamp_ms: u64, kept: Option<u64>) -> String {
+    match kept {
+        Some(d) => format!("{CLAIM_PREFIX}{stamp_ms},{DRAINED_PREFIX}{d}"),
+        None => format!("{CLAIM_PREFIX}{stamp_ms}"),
+    }
+}
+
+/// The Comment once a claim is withdrawn: the node's own drain stamp
+/// back, or nothing.
+pub fn withdrawn_comment(kept: Option<u64>) -> String {
+    kept.map(|d| format!("{DRAINED_PREFIX}{d}"))
+        .unwrap_or_default()
+}
 
 pub const REBOOTS_PREFIX: &str = "gpu-health-reboots:";
 
@@ -17,6 +43,15 @@ pub const MAX_ENTRIES: usize = 16;
 /// Bytes of a kind kept (kinds are `Xid 79`, `SXid 12028`, check names).
 const MAX_KIND: usize = 32;
 
+/// A kind as the word writes it: letters, digits, `_` (for a space) and
+/// `-`, at most [`MAX_KIND`] bytes (never the word's own `,`, `;`, `=`).
+fn written_kind(k: &str) -> bool {
+    !k.is_empty()
+        && k.len() <= MAX_KIND
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 /// The word for `reboots` (unix seconds, kind), or `None` for none.
 pub fn reboots_word(reboots: &[(u64, String)]) -> Option<String> {
     let start = reboots.len().saturating_sub(MAX_ENTRIES);
@@ -24,11 +59,7 @@ pub fn reboots_word(reboots: &[(u64, String)]) -> Option<String> {
         .iter()
         .filter_map(|(s, kind)| {
             let k = kind.replace(' ', "_");
-            let ok = !k.is_empty()
-                && k.len() <= MAX_KIND
-                && k.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-            ok.then(|| format!("{s}={k}"))
+            written_kind(&k).then(|| format!("{s}={k}"))
         })
         .collect();
     (!entries.is_empty()).then(|| format!("{REBOOTS_PREFIX}{}", entries.join(";")))
@@ -48,11 +79,7 @@ pub fn reboots_in(comment: &str) -> Vec<(u64, String)> {
         .filter_map(|e| {
             let (s, k) = e.split_once('=')?;
             let s: u64 = s.parse().ok()?;
-            let ok = !k.is_empty()
-                && k.len() <= MAX_KIND
-                && k.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-            ok.then(|| (s, k.replace('_', " ")))
+            written_kind(k).then(|| (s, k.replace('_', " ")))
         })
         .collect()
 }
